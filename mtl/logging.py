@@ -1,0 +1,92 @@
+"""Run logging: every figure goes to `metrics.jsonl` in the run folder, and to W&B if chosen.
+
+Only the main process writes. W&B runs through accelerate's tracker (`init_trackers`/`log`),
+offline by default so no account or network is needed; `logger=none` turns the tracker off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mtl.config import LoggerConfig
+
+
+class RunLogger:
+    """Writes `{"step": s, ...figures}` lines to `<run_dir>/metrics.jsonl` and to the tracker."""
+
+    def __init__(self, accelerator, settings: LoggerConfig, run_dir: Path, *, name: str,
+                 group: str | None, config: dict[str, Any]):
+        self.accelerator = accelerator
+        self.use_tracker = settings.backend == "wandb" and settings.mode != "disabled"
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if not accelerator.is_main_process:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.use_tracker:
+            os.environ.setdefault("WANDB_SILENT", "true")
+            init = {"name": name, "group": group, "mode": settings.mode, "dir": str(run_dir),
+                    "tags": list(settings.tags)}
+            if settings.entity:
+                init["entity"] = settings.entity
+            accelerator.init_trackers(settings.project, config=config, init_kwargs={"wandb": init})
+
+    def log(self, figures: dict[str, float], step: int) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **figures}) + "\n")
+        if self.use_tracker:
+            self.accelerator.log(figures, step=step)
+
+    def close(self) -> None:
+        if self.use_tracker:
+            self.accelerator.end_training()
+
+
+class ShareMeter:
+    """Each task's share of the batches (rows for mixed batches), global over processes.
+
+    `update` takes one batch's per-task row counts; `figures` all-reduces the window's counts
+    (one fixed-length tensor) and returns `share/<task>` (the window), `share_total/<task>`
+    (since the start of the run) and `share_target/<task>` (what the loader schedules).
+    """
+
+    def __init__(self, tasks: list[str], unit: str):
+        import torch
+
+        self.tasks = tasks
+        self.unit = unit  # "batches" or "rows"
+        self.window = torch.zeros(len(tasks) + 2, dtype=torch.float64)  # tasks, tokens, padded
+        self.total = torch.zeros(len(tasks), dtype=torch.float64)
+
+    def update(self, task_counts: dict[str, int], tokens: int, padded: int) -> None:
+        for name, count in task_counts.items():
+            self.window[self.tasks.index(name)] += count
+        self.window[-2] += tokens
+        self.window[-1] += padded
+
+    def figures(self, accelerator, target: dict[str, float]) -> dict[str, float]:
+        window = accelerator.reduce(self.window.to(accelerator.device), reduction="sum").cpu()
+        self.window.zero_()
+        counts = window[: len(self.tasks)]
+        self.total += counts
+        out: dict[str, float] = {}
+        for i, name in enumerate(self.tasks):
+            out[f"share/{name}"] = float(counts[i] / counts.sum().clamp(min=1))
+            out[f"share_total/{name}"] = float(self.total[i] / self.total.sum().clamp(min=1))
+            if name in target:
+                out[f"share_target/{name}"] = float(target[name])
+        out["tokens"] = float(window[-2])
+        out["padding_efficiency"] = float(window[-2] / window[-1].clamp(min=1))
+        return out
+
+    def state_dict(self) -> dict:
+        return {"total": self.total.tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        import torch
+
+        self.total = torch.tensor(state["total"], dtype=torch.float64)

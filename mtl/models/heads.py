@@ -1,0 +1,67 @@
+"""Task heads: one small module per task type, on top of the shared encoder's hidden states.
+
+Each head maps hidden states `[B, L, H]` (plus the attention mask) to its outputs and owns its
+loss, so the multi-task model never needs to know a task's type.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+IGNORE_INDEX = -100
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Average of the non-pad token states (the pooling all-MiniLM-L6-v2 was trained with)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class SequenceClassificationHead(nn.Module):
+    """Mean-pooled sentence vector -> logits over `num_labels`; cross-entropy loss."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.out(self.dropout(mean_pool(hidden, attention_mask)))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), labels)
+
+
+class TokenClassificationHead(nn.Module):
+    """Per-token logits over `num_labels`; cross-entropy over tokens whose label is not -100."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.out(self.dropout(hidden))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = logits[:, : labels.shape[1]]
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
+        )
+
+
+class RegressionHead(nn.Module):
+    """Mean-pooled sentence vector -> one real value; mean squared error loss."""
+
+    def __init__(self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.out(self.dropout(mean_pool(hidden, attention_mask))).squeeze(-1)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(logits.float(), labels.float())

@@ -1,0 +1,55 @@
+"""The multi-task model: one shared encoder, one head per task in an `nn.ModuleDict`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class MultiTaskModel(nn.Module):
+    """Runs the encoder once per batch and each task's head on that task's rows.
+
+    A single-task batch carries `task` (a name) and `labels` (a tensor). A mixed batch (from
+    `MixupLoader`) carries `task_ids` (row -> index into `tasks`) and `labels` as a dict
+    `{task: labels of its rows, in row order}`. The returned loss is the sum over the tasks in
+    the batch of `loss_weights[task] * mean loss of that task's rows`.
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        heads: Mapping[str, nn.Module],
+        loss_weights: Mapping[str, float] | None = None,
+    ):
+        super().__init__()
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(heads)
+        self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in heads}
+
+    def encode(self, batch: Mapping) -> torch.Tensor:
+        inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
+        return self.encoder(**inputs).last_hidden_state
+
+    def forward(self, batch: Mapping) -> dict:
+        """Returns {"loss": scalar, "task_losses": {task: scalar}, "logits": {task: tensor}}."""
+        hidden = self.encode(batch)
+        mask = batch["attention_mask"]
+        if "task" in batch:
+            groups = {batch["task"]: (hidden, mask, batch["labels"])}
+        else:
+            groups = {}
+            for index, name in enumerate(batch["tasks"]):
+                rows = (batch["task_ids"] == index).nonzero(as_tuple=True)[0]
+                if rows.numel():
+                    groups[name] = (hidden[rows], mask[rows], batch["labels"][name])
+        task_losses, logits = {}, {}
+        for name, (h, m, labels) in groups.items():
+            head = self.heads[name]
+            logits[name] = head(h, m)
+            task_losses[name] = head.loss(logits[name], labels)
+        loss = sum(self.loss_weights[name] * value for name, value in task_losses.items())
+        return {"loss": loss, "task_losses": task_losses, "logits": logits}

@@ -1,0 +1,6 @@
+"""Batch samplers: yield lists of dataset indices, one epoch at a time, sharded across ranks."""
+
+from mtl.samplers.block_shuffle import BlockShuffleBatchSampler
+from mtl.samplers.random import RandomBatchSampler
+
+__all__ = ["BlockShuffleBatchSampler", "RandomBatchSampler"]
