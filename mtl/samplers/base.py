@@ -17,21 +17,29 @@ from mtl.errors import MtlError
 
 def _as_lengths(lengths: Sequence[int]) -> np.ndarray:
     """Copy `lengths` into a read-only 1-D int64 array, or raise MtlError."""
+    if not isinstance(lengths, np.ndarray) and hasattr(lengths, "__getitem__"):
+        lengths = lengths[:]  # a `datasets` Column converts in one call here, not row by row
     try:
         array = np.array(lengths)
     except (TypeError, ValueError) as err:
         raise MtlError(f"lengths: cannot read as a sequence of ints ({err})") from None
+    if array.size == 0:
+        raise MtlError("lengths: empty; the dataset needs at least one example")
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise MtlError(
             f"lengths: expected a flat sequence of ints, got shape {array.shape} of {array.dtype}"
         )
-    if array.size == 0:
-        raise MtlError("lengths: empty; the dataset needs at least one example")
     if array.min() < 0:
         raise MtlError(f"lengths: found a negative length ({array.min()}); lengths must be >= 0")
     array = array.astype(np.int64, copy=False)
     array.flags.writeable = False
     return array
+
+
+def _check_epoch(epoch: int) -> int:
+    if not isinstance(epoch, (int, np.integer)) or epoch < 0:
+        raise MtlError(f"epoch: got {epoch!r}; use an integer >= 0")
+    return int(epoch)
 
 
 def cut_into_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
@@ -71,7 +79,9 @@ class BaseBatchSampler(Sampler[list[int]]):
         if not isinstance(num_replicas, (int, np.integer)) or num_replicas < 1:
             raise MtlError(f"num_replicas: got {num_replicas!r}; use an integer >= 1")
         if not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
-            raise MtlError(f"rank: got {rank!r}; use an integer in [0, num_replicas={num_replicas})")
+            raise MtlError(
+                f"rank: got {rank!r}; use an integer in [0, num_replicas={num_replicas})"
+            )
         self.lengths = _as_lengths(lengths)
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -87,9 +97,7 @@ class BaseBatchSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration yields."""
-        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise MtlError(f"epoch: got {epoch!r}; use an integer >= 0")
-        self.epoch = int(epoch)
+        self.epoch = _check_epoch(epoch)
 
     def set_start(self, k: int) -> None:
         """Resume: the next iteration starts at this rank's batch `k` of the current epoch.
@@ -97,7 +105,9 @@ class BaseBatchSampler(Sampler[list[int]]):
         One-shot: later iterations start at 0 again. No data is loaded for the skipped batches.
         """
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= len(self):
-            raise MtlError(f"start batch: got {k!r}; use an integer in [0, len(sampler)={len(self)}]")
+            raise MtlError(
+                f"start batch: got {k!r}; use an integer in [0, len(sampler)={len(self)}]"
+            )
         self._start = int(k)
 
     def _num_global_batches(self) -> int:
@@ -110,7 +120,8 @@ class BaseBatchSampler(Sampler[list[int]]):
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's full batch list for `epoch` (exactly what iterating that epoch yields)."""
-        batches = self._global_batches(np.random.default_rng([self.seed, epoch]))
+        rng = np.random.default_rng([self.seed, _check_epoch(epoch)])
+        batches = self._global_batches(rng)
         if self.drop_last:
             batches = [batch for batch in batches if len(batch) == self.batch_size]
         n_padding = -len(batches) % self.num_replicas
