@@ -1,0 +1,330 @@
+"""Shared machinery of the composite (multi-task) loaders: validation, schedule, resume, stats.
+
+A composite loader wraps one loader per task (a `DataLoader` with a sized batch sampler) and
+yields one batch per step. Which task(s) feed step `i` of epoch `e` is fixed in advance by
+`schedule(e)`, a pure function of (seed, epoch, the task sizes `n_t = len(loader_t)`, options)
+drawn from its own `np.random.default_rng([seed, epoch])`: every process computes the same
+schedule, `len()` is exact, and resuming only needs (epoch, step).
+
+Tasks and passes. Each task has a cursor (pass, position): the index of its current pass over
+its loader and the batches taken from that pass. A task whose pass is used up (or never started)
+starts the next pass when it is next scheduled: its pass index goes up by one, and
+`set_epoch(pass)` is called on its `batch_sampler` and `sampler` where they have one, so every
+pass is a fresh shuffle. Batches are never cached or cycled. The pass counter persists across
+epochs; with `exhaust` policies every task starts a new pass at the start of each epoch, with
+`steps_per_epoch` tasks continue where they stopped.
+
+Resume. `state_dict()` holds (epoch, step, every cursor at the start of the epoch, stats).
+`load_state_dict` counts each task's batches in `schedule(epoch)[:step]` to place its cursor,
+then opens the task at (pass, position): through `batch_sampler.set_start(position)` when the
+sampler has it (no data loaded), otherwise by drawing and discarding `position` batches.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtl.errors import MtlError
+
+EXHAUST_POLICIES = ("each_once", "first", "cycle_to_longest")
+
+Cursor = tuple[int, int]  # (pass index, batches taken from that pass); pass -1: not started
+
+
+def advance(cursor: Cursor, count: int, size: int) -> Cursor:
+    """The cursor after taking `count` more batches from a task of `size` batches per pass."""
+    pass_index, position = cursor
+    left_in_pass = size - position if pass_index >= 0 else 0
+    if count <= left_in_pass:
+        return pass_index, position + count
+    new_passes = math.ceil((count - left_in_pass) / size)
+    return pass_index + new_passes, count - left_in_pass - (new_passes - 1) * size
+
+
+class TaskStream:
+    """One task's loader, read through its cursor; opens a fresh iterator for every pass."""
+
+    def __init__(self, name: str, loader: Iterable, size: int) -> None:
+        self.name = name
+        self.loader = loader
+        self.size = size
+        self.pass_index = -1
+        self.position = 0
+        self._iterator: Iterator | None = None
+
+    @property
+    def cursor(self) -> Cursor:
+        return self.pass_index, self.position
+
+    def place(self, cursor: Cursor) -> None:
+        """Move to `cursor`; the iterator is opened there on the next `next_batch`."""
+        self.pass_index, self.position = cursor
+        self._iterator = None
+
+    def next_batch(self) -> Any:
+        if self.pass_index < 0 or self.position >= self.size:
+            self.place((self.pass_index + 1, 0))
+        if self._iterator is None:
+            self._iterator = self._open()
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            raise RuntimeError(
+                f"task {self.name!r}: its loader stopped after {self.position} batches of pass "
+                f"{self.pass_index}, but len() promised {self.size}"
+            ) from None
+        self.position += 1
+        return batch
+
+    def _open(self) -> Iterator:
+        batch_sampler = getattr(self.loader, "batch_sampler", None)
+        sampler = getattr(self.loader, "sampler", None)
+        for s in (batch_sampler, sampler):
+            if hasattr(s, "set_epoch"):
+                s.set_epoch(self.pass_index)
+        skip = self.position
+        if skip and hasattr(batch_sampler, "set_start"):
+            batch_sampler.set_start(skip)
+            skip = 0
+        iterator = iter(self.loader)
+        for _ in range(skip):
+            next(iterator)
+        return iterator
+
+
+def count_batch(batch: Any) -> tuple[int, int]:
+    """(examples, non-pad tokens) of a batch dict; zeros for anything else."""
+    if not isinstance(batch, Mapping):
+        return 0, 0
+    ids, mask = batch.get("input_ids"), batch.get("attention_mask")
+    examples = int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim else 0
+    if isinstance(mask, torch.Tensor):
+        return examples, int(mask.sum())
+    return examples, int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
+
+
+class CompositeLoader:
+    """Base class: one batch per step from a fixed, seeded schedule over several task loaders.
+
+    Subclasses set `exhaust_choices` (the first is the default) and implement
+    `_build_schedule(epoch)`; the mixup loader also overrides the schedule helpers and `_combine`.
+
+    - `loaders`: task name -> loader with `len()` (batches per pass) > 0, in a fixed order.
+    - `seed`: seeds every random choice, together with the epoch (never the global RNG).
+    - `exhaust`: what one epoch is (see each loader); `None` takes the loader's default.
+    - `steps_per_epoch`: instead of `exhaust`, exactly this many steps per epoch; tasks restart a
+      pass whenever they run out and continue across epochs.
+
+    One iteration is one epoch. A completed iteration moves to the next epoch; an iteration
+    left unfinished does not, and the next one starts that epoch again (after
+    `load_state_dict`, the next iteration starts at the saved step instead).
+    """
+
+    exhaust_choices: tuple[str, ...] = EXHAUST_POLICIES
+
+    def __init__(
+        self,
+        loaders: Mapping[str, Iterable],
+        *,
+        seed: int = 0,
+        exhaust: str | None = None,
+        steps_per_epoch: int | None = None,
+    ) -> None:
+        if not isinstance(loaders, Mapping) or not loaders:
+            raise MtlError("loaders: give a non-empty mapping of task name -> DataLoader")
+        sizes = []
+        for name, loader in loaders.items():
+            if not isinstance(name, str):
+                raise MtlError(f"loaders: task name {name!r} is not a string")
+            try:
+                size = len(loader)
+            except TypeError:
+                raise MtlError(
+                    f"task {name!r}: its loader has no len(); use a DataLoader with a sized "
+                    "batch sampler"
+                ) from None
+            if size < 1:
+                raise MtlError(f"task {name!r}: its loader yields no batches (len 0); check data")
+            sizes.append(size)
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise MtlError(f"seed: got {seed!r}; use an integer >= 0")
+        if steps_per_epoch is not None:
+            if exhaust is not None:
+                raise MtlError(
+                    f"exhaust={exhaust!r} and steps_per_epoch={steps_per_epoch!r}: set only one "
+                    "(exhaust: null when steps_per_epoch is used)"
+                )
+            if (
+                not isinstance(steps_per_epoch, (int, np.integer))
+                or isinstance(steps_per_epoch, bool)
+                or steps_per_epoch < 1
+            ):
+                raise MtlError(f"steps_per_epoch: got {steps_per_epoch!r}; use an integer >= 1")
+            steps_per_epoch = int(steps_per_epoch)
+        else:
+            exhaust = self.exhaust_choices[0] if exhaust is None else exhaust
+            if exhaust not in self.exhaust_choices:
+                raise MtlError(
+                    f"exhaust: got {exhaust!r}; {type(self).__name__} accepts "
+                    f"{', '.join(self.exhaust_choices)} (or steps_per_epoch)"
+                )
+        self.names = list(loaders)
+        self.sizes = np.array(sizes, dtype=np.int64)
+        self.seed = int(seed)
+        self.exhaust = exhaust
+        self.steps_per_epoch = steps_per_epoch
+        self._streams = [
+            TaskStream(n, loaders[n], s) for n, s in zip(self.names, sizes, strict=True)
+        ]
+        self._epoch = 0
+        self._carry: list[Cursor] = [(-1, 0)] * len(self.names)  # cursors at the epoch's start
+        self._step = 0  # batches yielded in this epoch
+        self._resume_step = 0  # where the next iteration starts (set by load_state_dict)
+        self._schedules: dict[int, np.ndarray] = {}
+        self.stats = {n: {"batches": 0, "examples": 0, "tokens": 0} for n in self.names}
+
+    # -- the schedule: subclasses define what a row is ------------------------------------------
+
+    def _build_schedule(self, epoch: int) -> np.ndarray:
+        """Task index per step of `epoch` (mixup: a bool row of active tasks per step)."""
+        raise NotImplementedError
+
+    def _counts(self, rows: np.ndarray) -> np.ndarray:
+        """Batches each task supplies over these schedule rows."""
+        return np.bincount(rows, minlength=len(self.names))
+
+    def _tasks_at(self, row: Any) -> list[int]:
+        return [int(row)]
+
+    def _combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> Any:
+        """The batch yielded for one step from the tasks' batches; default: the single batch."""
+        return batches[0][1]
+
+    def _options(self) -> dict[str, Any]:
+        """Everything the schedule depends on besides the task sizes (checked on resume)."""
+        return {
+            "loader": type(self).__name__,
+            "seed": self.seed,
+            "exhaust": self.exhaust,
+            "steps_per_epoch": self.steps_per_epoch,
+        }
+
+    def rng(self, epoch: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, epoch])
+
+    def schedule(self, epoch: int) -> np.ndarray:
+        """The epoch's schedule (cached; a pure function of seed, epoch, sizes and options)."""
+        if epoch not in self._schedules:
+            if len(self._schedules) >= 2:
+                self._schedules.pop(next(iter(self._schedules)))
+            self._schedules[epoch] = self._build_schedule(epoch)
+        return self._schedules[epoch]
+
+    # -- public API -------------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration yields."""
+        return self._epoch
+
+    def __len__(self) -> int:
+        """Steps (yielded batches) of the current epoch, counting any already yielded."""
+        return len(self.schedule(self._epoch))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch the next iteration yields. Setting the current epoch changes nothing
+        (a resume position from `load_state_dict` is kept); another epoch starts at its step 0.
+        Task pass counters are not reset: they persist over the whole run."""
+        if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
+            raise MtlError(f"epoch: got {epoch!r}; use an integer >= 0")
+        if epoch != self._epoch:
+            self._epoch, self._step, self._resume_step = int(epoch), 0, 0
+
+    def target_shares(self) -> dict[str, float]:
+        """Share of this epoch's batches each task is scheduled to supply."""
+        counts = self._counts(self.schedule(self._epoch)).astype(float)
+        return {n: float(c / counts.sum()) for n, c in zip(self.names, counts, strict=True)}
+
+    def _start_cursors(self, carry: list[Cursor]) -> list[Cursor]:
+        """Cursors when the epoch begins: with `exhaust`, every task starts a new pass."""
+        if self.steps_per_epoch is not None:
+            return list(carry)
+        return [(p, int(s)) for (p, _), s in zip(carry, self.sizes, strict=True)]
+
+    def _cursors_at(self, epoch_carry: list[Cursor], rows: np.ndarray) -> list[Cursor]:
+        counts = self._counts(rows)
+        starts = self._start_cursors(epoch_carry)
+        return [
+            advance(c, int(k), int(s)) for c, k, s in zip(starts, counts, self.sizes, strict=True)
+        ]
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, start = self._epoch, self._resume_step
+        self._resume_step = 0
+        schedule = self.schedule(epoch)
+        cursors = self._cursors_at(self._carry, schedule[:start])
+        for stream, cursor in zip(self._streams, cursors, strict=True):
+            stream.place(cursor)
+        self._step = start
+        for step in range(start, len(schedule)):
+            batches = [(t, self._streams[t].next_batch()) for t in self._tasks_at(schedule[step])]
+            batch = self._combine(epoch, step, batches)
+            for t, task_batch in batches:
+                examples, tokens = count_batch(task_batch)
+                counters = self.stats[self.names[t]]
+                counters["batches"] += 1
+                counters["examples"] += examples
+                counters["tokens"] += tokens
+            self._step = step + 1
+            yield batch
+        self._carry = [stream.cursor for stream in self._streams]
+        self._epoch, self._step = epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Resume point as plain Python types (json-able): epoch, step, cursors, stats, options.
+
+        `step` is the number of batches the latest iteration has yielded in this epoch. Taken
+        after the last batch of an epoch (step = len), the resumed loader's next iteration yields
+        nothing and completes that epoch, so a loop counting epochs by completed iterations stays
+        in step; the iteration after it is the next epoch."""
+        return {
+            "options": self._options(),
+            "epoch": self._epoch,
+            "step": self._step,
+            "tasks": {
+                name: {"batches_per_pass": int(size), "pass": int(p), "position": int(pos)}
+                for name, size, (p, pos) in zip(self.names, self.sizes, self._carry, strict=True)
+            },
+            "stats": copy.deepcopy(self.stats),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from `state`: the next iteration yields the rest of the saved epoch."""
+        if dict(state["options"]) != self._options():
+            raise MtlError(
+                f"loader state: saved with options {dict(state['options'])} but this loader has "
+                f"{self._options()}; build it the same way or drop the loader state"
+            )
+        tasks = state["tasks"]
+        if list(tasks) != self.names:
+            raise MtlError(
+                f"loader state: saved for tasks {list(tasks)} but this loader has {self.names}"
+            )
+        for name, size in zip(self.names, self.sizes, strict=True):
+            if tasks[name]["batches_per_pass"] != size:
+                raise MtlError(
+                    f"task {name!r}: saved with {tasks[name]['batches_per_pass']} batches per "
+                    f"pass, now {size}; the data or batch size changed, so resume is not exact"
+                )
+        epoch, step = int(state["epoch"]), int(state["step"])
+        if not 0 <= step <= len(self.schedule(epoch)):
+            raise MtlError(f"loader state: step {step} is outside epoch {epoch}")
+        self._epoch, self._step, self._resume_step = epoch, step, step
+        self._carry = [(int(t["pass"]), int(t["position"])) for t in tasks.values()]
+        self.stats = copy.deepcopy({n: dict(state["stats"][n]) for n in self.names})

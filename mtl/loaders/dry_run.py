@@ -1,0 +1,41 @@
+"""dry_run: print what one epoch of a composite loader does, from the task sizes alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mtl.errors import MtlError
+
+
+def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any) -> str:
+    """A printable table of one epoch of loader `name` over tasks of `sizes` batches per pass.
+
+    Builds the real loader over `range(n)` stand-ins (no data is loaded), so the numbers are the
+    loader's own schedule: steps, then per task its batches, share of batches and passes over
+    its data (batches / batches per pass; above 1 means it restarts with a fresh shuffle).
+    """
+    from mtl.loaders import loader_class  # here: mtl.loaders imports this module
+
+    for task, n in sizes.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise MtlError(f"task {task!r}: size {n!r}; give its number of batches as an int")
+    loader = loader_class(name)({task: range(n) for task, n in sizes.items()}, **options)
+    loader.set_epoch(epoch)
+    counts = loader._counts(loader.schedule(epoch))
+    total = int(counts.sum())
+    policy = (
+        f"steps_per_epoch={loader.steps_per_epoch}"
+        if loader.steps_per_epoch is not None
+        else f"exhaust={loader.exhaust}"
+    )
+    width = max(len("task"), *(len(task) for task in sizes))
+    lines = [
+        f"{type(loader).__name__} ({policy}, seed={loader.seed}), epoch {epoch}: "
+        f"{len(loader)} steps, {total} task batches",
+        f"{'task':<{width}}  {'per pass':>9}  {'batches':>9}  {'share':>6}  {'passes':>7}",
+    ]
+    for task, n, count in zip(loader.names, loader.sizes, counts, strict=True):
+        lines.append(
+            f"{task:<{width}}  {n:>9}  {count:>9}  {count / total:>6.1%}  {count / n:>7.2f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""build_loader, dry_run and the checks and counters every composite loader shares."""
+
+import pytest
+
+from mtl.errors import MtlError
+from mtl.loaders import (
+    LOADERS,
+    MixupLoader,
+    RandomLoader,
+    RoundRobinLoader,
+    SequentialLoader,
+    build_loader,
+    dry_run,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("sequential", SequentialLoader),
+        ("round_robin", RoundRobinLoader),
+        ("random", RandomLoader),
+        ("mixup", MixupLoader),
+    ],
+)
+def test_build_by_name(make_tasks, name, cls):
+    loader = build_loader(name, make_tasks({"a": 4, "b": 2}), seed=1)
+    assert type(loader) is cls and loader.seed == 1
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_one_task_gives_back_its_own_loader(make_tasks, name):
+    tasks = make_tasks({"only": 4})
+    assert build_loader(name, tasks) is tasks["only"]
+
+
+def test_one_task_still_checks_the_options(make_tasks):
+    with pytest.raises(MtlError, match="weighting"):
+        build_loader("random", make_tasks({"only": 4}), weighting="bogus")
+
+
+def test_unknown_name_lists_the_valid_ones(make_tasks):
+    with pytest.raises(MtlError, match="sequential, round_robin, random, mixup"):
+        build_loader("zip", make_tasks({"a": 4, "b": 2}))
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize(
+    ("tasks", "options", "message"),
+    [
+        ({}, {}, "non-empty"),
+        ({"a": range(3), "empty": range(0)}, {}, "'empty'"),
+        ({"a": range(3), "nolen": iter([1])}, {}, "'nolen'"),
+        ({"a": range(3)}, {"exhaust": "sometimes"}, "exhaust"),
+        ({"a": range(3)}, {"steps_per_epoch": 0}, "steps_per_epoch"),
+        ({"a": range(3)}, {"steps_per_epoch": 2, "exhaust": "each_once"}, "only one"),
+        ({"a": range(3)}, {"seed": -1}, "seed"),
+    ],
+)
+def test_bad_input_fails_at_construction(name, tasks, options, message):
+    with pytest.raises(MtlError, match=message):
+        LOADERS[name](tasks, **options)
+
+
+def test_dry_run_summarises_one_epoch():
+    text = dry_run("mixup", {"qa": 10, "ner": 4})
+    assert "10 steps" in text and "qa" in text and "ner" in text
+    assert "2.50" in text  # ner: 10 batches = 2.5 passes
+    text = dry_run("random", {"a": 3, "b": 5}, seed=2, weighting="uniform", epoch=1)
+    assert "8 steps" in text and "epoch 1" in text
+    assert "7 steps" in dry_run("round_robin", {"a": 3}, steps_per_epoch=7)
+    with pytest.raises(MtlError, match="'a'"):
+        dry_run("random", {"a": 0, "b": 2})
+
+
+def test_stats_count_batches_examples_and_real_tokens(make_tasks):
+    loader = RoundRobinLoader(make_tasks({"a": 5, "b": 2}, 2))
+    list(loader)
+    # example i has 1 + i % 4 tokens: a has 1+2+3+4+1 = 11, b has 1+2 = 3
+    assert loader.stats == {
+        "a": {"batches": 3, "examples": 5, "tokens": 11},
+        "b": {"batches": 1, "examples": 2, "tokens": 3},
+    }
+    list(loader)
+    assert loader.stats["a"]["batches"] == 6  # cumulative over epochs
+
+
+def test_epochs_advance_only_after_a_completed_iteration(make_tasks, keys):
+    loader = SequentialLoader(make_tasks({"a": 4, "b": 2}), seed=0)
+    first = next(iter(loader))
+    assert loader.epoch == 0
+    epoch0 = keys(loader)
+    assert epoch0[0] == keys([first])[0]  # an unfinished iteration starts the epoch again
+    assert loader.epoch == 1
+    loader.set_epoch(0)
+    assert len(keys(loader)) == len(epoch0)
+    with pytest.raises(MtlError, match="epoch"):
+        loader.set_epoch(-1)
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_target_shares_add_up_to_one(make_tasks, name):
+    shares = build_loader(name, make_tasks({"a": 6, "b": 2, "c": 3})).target_shares()
+    assert list(shares) == ["a", "b", "c"]
+    assert sum(shares.values()) == pytest.approx(1.0)
