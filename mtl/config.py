@@ -165,5 +165,8 @@ def validate(cfg: DictConfig) -> Settings:
         task.check(name)
     unknown = set(settings.model.loss_weights) - set(settings.tasks)
     if unknown:
-        raise MtlError(f"model.loss_weights names unknown task(s) {sorted(unknown)}; use {sorted(settings.tasks)}")
+        raise MtlError(
+            f"model.loss_weights names unknown task(s) {sorted(unknown)}; "
+            f"use {sorted(settings.tasks)}"
+        )
     return settings

@@ -17,8 +17,16 @@ from mtl.config import LoggerConfig
 class RunLogger:
     """Writes `{"step": s, ...figures}` lines to `<run_dir>/metrics.jsonl` and to the tracker."""
 
-    def __init__(self, accelerator, settings: LoggerConfig, run_dir: Path, *, name: str,
-                 group: str | None, config: dict[str, Any]):
+    def __init__(
+        self,
+        accelerator,
+        settings: LoggerConfig,
+        run_dir: Path,
+        *,
+        name: str,
+        group: str | None,
+        config: dict[str, Any],
+    ):
         self.accelerator = accelerator
         self.use_tracker = settings.backend == "wandb" and settings.mode != "disabled"
         self.path = Path(run_dir) / "metrics.jsonl"
@@ -27,8 +35,13 @@ class RunLogger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.use_tracker:
             os.environ.setdefault("WANDB_SILENT", "true")
-            init = {"name": name, "group": group, "mode": settings.mode, "dir": str(run_dir),
-                    "tags": list(settings.tags)}
+            init = {
+                "name": name,
+                "group": group,
+                "mode": settings.mode,
+                "dir": str(run_dir),
+                "tags": list(settings.tags),
+            }
             if settings.entity:
                 init["entity"] = settings.entity
             accelerator.init_trackers(settings.project, config=config, init_kwargs={"wandb": init})

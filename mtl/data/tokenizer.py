@@ -26,7 +26,7 @@ def default_model_path() -> str:
 
 @lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
-    """A fast tokenizer, cached per name: the packaged MiniLM for None/"default", else any HF name."""
+    """A fast tokenizer, cached per name: the packaged MiniLM for None/"default", else HF's."""
     if name_or_path in DEFAULT_MODEL_NAMES:
         os.environ["HF_HUB_OFFLINE"] = "1"
         name_or_path = default_model_path()
@@ -35,7 +35,7 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     except OSError as err:
         raise MtlError(
             f"tokenizer {name_or_path!r} could not be loaded ({err.__class__.__name__}): "
-            "give a local model folder, a hub name reachable online, or None for the packaged MiniLM"
+            "give a local model folder, a hub name reachable online, or None for packaged MiniLM"
         ) from err
     if not tokenizer.is_fast:
         raise MtlError(

@@ -1,0 +1,35 @@
+"""Shared fixtures: compose the real Hydra config with overrides, as `train.py` would."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    """`make_cfg(*overrides)`: the composed config, run folder in tmp_path, fast smoke preset."""
+
+    def make(*overrides: str, output_dir: Path | None = None):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+            return compose(
+                "config",
+                overrides=[
+                    "debug=fast",
+                    "task=[synthetic_cls,synthetic_tag,synthetic_reg]",
+                    f"output_dir={output_dir or tmp_path / 'run'}",
+                    *overrides,
+                ],
+            )
+
+    return make

@@ -1,0 +1,96 @@
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from datasets import disable_progress_bars
+
+from mtl.data import TokenizedSplit, build_task, load_tokenizer, make_task_loader, task_dataset
+from mtl.errors import MtlError
+
+disable_progress_bars()
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    tokenizer = load_tokenizer()
+    return {
+        kind: build_task(
+            name, type=kind, source={"bundled": name, "size": 150}, tokenizer=tokenizer, seed=2
+        )
+        for name, kind in [
+            ("synthetic_cls", "sequence_classification"),
+            ("synthetic_tag", "token_classification"),
+            ("synthetic_reg", "regression"),
+        ]
+    }
+
+
+@pytest.mark.parametrize("sampler", ["random", "block_shuffle"])
+@pytest.mark.parametrize("kind", ["sequence_classification", "token_classification", "regression"])
+def test_one_epoch_covers_every_example_once(tasks, sampler, kind):
+    task = tasks[kind]
+    for split, ds in (("train", task.train), ("dev", task.dev)):
+        loader = make_task_loader(task, split, batch_size=16, sampler=sampler, sort_bs_num=2)
+        seen = Counter()
+        for batch in loader:
+            assert batch["task"] == task.name
+            assert batch["input_ids"].shape == batch["attention_mask"].shape
+            assert batch["input_ids"].shape[1] == batch["attention_mask"].sum(1).max()
+            lengths = np.asarray(ds["length"])[batch["example_ids"].numpy()]
+            assert batch["attention_mask"].sum(1).tolist() == lengths.tolist()
+            if kind == "token_classification":
+                assert batch["labels"].shape == batch["input_ids"].shape
+            assert batch["labels"].dtype == (torch.float32 if kind == "regression" else torch.long)
+            seen.update(batch["example_ids"].tolist())
+        assert seen == Counter(range(len(ds)))
+
+
+def test_batches_match_the_dataset_rows(tasks):
+    task = tasks["token_classification"]
+    loader = make_task_loader(task, batch_size=8, sampler="block_shuffle", seed=5)
+    batch = next(iter(loader))
+    for row, example_id in enumerate(batch["example_ids"].tolist()):
+        expected = task.train[example_id]
+        n = expected["length"]
+        assert batch["input_ids"][row, :n].tolist() == expected["input_ids"]
+        assert batch["labels"][row, :n].tolist() == expected["labels"]
+        assert batch["labels"][row, n:].eq(-100).all()
+
+
+def test_block_shuffle_pads_less_than_random(tasks):
+    task = tasks["sequence_classification"]
+
+    def padded_tokens(sampler):
+        loader = make_task_loader(task, batch_size=8, sampler=sampler, sort_bs_num=None)
+        return sum(batch["input_ids"].numel() for batch in loader)
+
+    assert padded_tokens("block_shuffle") < padded_tokens("random")
+
+
+def test_tokenized_split_reads_a_selected_view(tasks):
+    ds = tasks["regression"].train.select([5, 2, 9])
+    split = TokenizedSplit(ds)
+    assert len(split) == 3
+    assert split[1]["input_ids"].tolist() == ds[1]["input_ids"]
+    packed = split.__getitems__([2, 0])
+    assert packed.example_ids.tolist() == [9, 5]
+    assert packed.lengths.tolist() == [ds[2]["length"], ds[0]["length"]]
+
+
+def test_sharded_dev_covers_every_example(tasks):
+    task = tasks["sequence_classification"]
+    seen = set()
+    for rank in range(2):
+        loader = make_task_loader(task, "dev", batch_size=4, num_replicas=2, rank=rank)
+        seen.update(i for batch in loader for i in batch["example_ids"].tolist())
+    assert seen == set(range(len(task.dev)))
+
+
+def test_bad_sampler_or_split_raises(tasks):
+    with pytest.raises(MtlError, match="unknown sampler 'bucket'.*'random', 'block_shuffle'"):
+        make_task_loader(tasks["regression"], sampler="bucket")
+    with pytest.raises(MtlError, match="unknown split 'test'"):
+        make_task_loader(tasks["regression"], "test")
+    with pytest.raises(MtlError, match="unknown split 'val'"):
+        task_dataset(tasks["regression"], "val")

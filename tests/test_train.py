@@ -1,0 +1,155 @@
+"""End-to-end: the real config composed with overrides, a few training steps in-process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtl.train import run
+from mtl.wandb_file import read_history
+
+ROOT = Path(__file__).resolve().parents[1]
+LOADERS = ["sequential", "round_robin", "random", "mixup"]
+SAMPLERS = ["random", "block_shuffle"]
+TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("loader", LOADERS)
+def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
+    cfg = make_cfg(f"loader={loader}", f"sampler={sampler}")
+    final = run(cfg)
+    for task in TASKS:
+        assert any(key.startswith(f"eval/{task}/") for key in final)
+    rows = read_metrics(tmp_path / "run")
+    steps = [r["step"] for r in rows if "loss" in r]
+    assert steps == [1, 2, 3, 4]
+    for row in rows:
+        if "loss" in row:
+            shares = [row[f"share/{t}"] for t in TASKS]
+            assert sum(shares) == pytest.approx(1.0)
+            assert 0 < row["padding_efficiency"] <= 1
+    assert (tmp_path / "run" / "checkpoints" / "step_0000004").is_dir()
+
+
+def losses_by_step(run_dir: Path) -> dict[int, dict]:
+    return {
+        r["step"]: {k: v for k, v in r.items() if k.startswith("loss")}
+        for r in read_metrics(run_dir)
+        if "loss" in r
+    }
+
+
+@pytest.mark.parametrize("loader", ["random", "mixup"])
+def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
+    common = [
+        f"loader={loader}",
+        "trainer.max_steps=10",
+        "trainer.epochs=3",
+        "data.max_examples=96",
+    ]
+    full = tmp_path / "full"
+    run(make_cfg(*common, output_dir=full))
+    part = tmp_path / "part"
+    run(make_cfg(*common, "trainer.max_steps=10", "trainer.checkpoint_every=3", output_dir=part))
+    resumed = tmp_path / "resumed"
+    ckpt = part / "checkpoints" / "step_0000006"
+    run(make_cfg(*common, f"trainer.resume={ckpt}", output_dir=resumed))
+    expected, got = losses_by_step(full), losses_by_step(resumed)
+    assert sorted(got) == [7, 8, 9, 10]
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
+
+
+def test_wandb_offline_run_has_shares_that_sum_to_one(make_cfg, tmp_path):
+    run(make_cfg("logger=wandb", "loader=mixup"))
+    files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    history = [row for row in read_history(files[0]) if "loss" in row]
+    assert len(history) == 4
+    for row in history:
+        shares = [row[f"share/{t}"] for t in TASKS]
+        assert all(s > 0 for s in shares)
+        assert sum(shares) == pytest.approx(1.0)
+        assert {f"share_target/{t}" for t in TASKS} <= set(row)
+
+
+def train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args, "debug=fast"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.epochs=0", "trainer.epochs=0 must be >= 1"),
+        ("trainer.lr=fast", "trainer.lr"),
+        ("loader.weighting=heavy", "weighting"),
+        ("sampler.sort_bs_num=0", "sort_bs_num"),
+        ("task.synthetic_cls.type=ranking", "task.synthetic_cls.type"),
+    ],
+)
+def test_bad_config_gives_one_clear_line(tmp_path, override, expected):
+    result = train_cli(
+        "task=[synthetic_cls,synthetic_reg]", override, f"output_dir={tmp_path}", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"row {i}", "label": 7}) for i in range(20)))
+    task = tmp_path / "conf_extra"
+    (task / "task").mkdir(parents=True)
+    (task / "task" / "bad.yaml").write_text(
+        "# @package task.bad\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\nlabel_names: [neg, pos]\n"
+    )
+    keep = tmp_path / "run" / "checkpoints" / "step_0000001"
+    keep.mkdir(parents=True)
+    result = train_cli(
+        "task=[bad]",
+        f"hydra.searchpath=[file://{task}]",
+        f"output_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip().splitlines()
+    assert len(line) == 1 and "bad" in line[0] and "7" in line[0]
+    assert keep.is_dir()
+
+
+@pytest.mark.slow
+def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path):
+    result = train_cli(
+        "-m",
+        "loader=sequential,mixup",
+        "sampler=random,block_shuffle",
+        "logger=wandb",
+        "task=[synthetic_cls,synthetic_tag]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 4
+    for job in jobs:
+        assert (job / ".hydra" / "config.yaml").is_file()
+        assert len(list((job / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+        assert (job / "metrics.jsonl").is_file()
