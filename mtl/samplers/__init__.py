@@ -2,5 +2,6 @@
 
 from mtl.samplers.block_shuffle import BlockShuffleBatchSampler
 from mtl.samplers.random import RandomBatchSampler
+from mtl.samplers.token_budget import TokenBudgetBatchSampler
 
-__all__ = ["BlockShuffleBatchSampler", "RandomBatchSampler"]
+__all__ = ["BlockShuffleBatchSampler", "RandomBatchSampler", "TokenBudgetBatchSampler"]

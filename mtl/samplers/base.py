@@ -95,6 +95,10 @@ class BaseBatchSampler(Sampler[list[int]]):
         """All batches of one epoch for all ranks, in iteration order; at most one is short."""
         raise NotImplementedError
 
+    def _drop_short(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        """`drop_last=True`: the batches that remain; by default those of exactly `batch_size`."""
+        return [batch for batch in batches if len(batch) == self.batch_size]
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration yields."""
         self.epoch = _check_epoch(epoch)
@@ -123,7 +127,7 @@ class BaseBatchSampler(Sampler[list[int]]):
         rng = np.random.default_rng([self.seed, _check_epoch(epoch)])
         batches = self._global_batches(rng)
         if self.drop_last:
-            batches = [batch for batch in batches if len(batch) == self.batch_size]
+            batches = self._drop_short(batches)
         n_padding = -len(batches) % self.num_replicas
         if batches:
             batches += [batches[i % len(batches)] for i in range(n_padding)]

@@ -69,26 +69,32 @@ class BlockShuffleBatchSampler(BaseBatchSampler):
             raise MtlError(f"sort_noise: got {sort_noise!r}; use a number >= 0 (0.0 disables it)")
         self.sort_bs_num = None if sort_bs_num is None else int(sort_bs_num)
         self.sort_noise = float(sort_noise)
+        # Sort key without noise, built once: ascending order of `top - length` is longest first,
+        # and as uint16 it is a 2-byte gather per epoch that numpy radix-sorts.
+        top = int(self.lengths.max())
+        self._exact_key = (top - self.lengths).astype(np.uint16) if top < 2**16 else -self.lengths
 
     def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         n = len(self.lengths)
         perm = rng.permutation(n)
-        key = self.lengths[perm]
         if self.sort_noise > 0:
-            key = -key * (1.0 + rng.uniform(-self.sort_noise, self.sort_noise, n))
-        elif key.max() < 2**16:
-            key = (key.max() - key).astype(np.uint16)  # same order as -key; numpy radix-sorts it
+            noise = rng.uniform(-self.sort_noise, self.sort_noise, n)
+            key = -self.lengths[perm] * (1.0 + noise)
         else:
-            key = -key
+            key = self._exact_key[perm]
         chunk = n if self.sort_bs_num is None else min(n, self.sort_bs_num * self.batch_size)
 
         # Ascending stable sort of `key` (longest first): every full chunk as one row of a 2-D
-        # array, then the short last chunk on its own.
-        n_full = n // chunk * chunk
-        order = np.empty(n, dtype=np.int64)
-        rows = np.argsort(key[:n_full].reshape(-1, chunk), axis=1, kind="stable")
-        order[:n_full] = (rows + np.arange(0, n_full, chunk)[:, None]).ravel()
-        order[n_full:] = n_full + np.argsort(key[n_full:], kind="stable")
+        # array, then the short last chunk on its own; one chunk needs no offsets.
+        if chunk == n:
+            order = np.argsort(key, kind="stable")
+        else:
+            n_full = n // chunk * chunk
+            order = np.empty(n, dtype=np.int64)
+            rows = np.argsort(key[:n_full].reshape(-1, chunk), axis=1, kind="stable")
+            rows += np.arange(0, n_full, chunk)[:, None]
+            order[:n_full] = rows.ravel()
+            order[n_full:] = n_full + np.argsort(key[n_full:], kind="stable")
 
         batches = cut_into_batches(perm[order], self.batch_size)
         return [batches[i] for i in rng.permutation(len(batches))]
