@@ -36,6 +36,8 @@ class TrainerConfig:
     resume: str | None = None
     log_every: int = 10
     progress_bar: bool = True
+    dist_timeout_s: float = 600.0
+    trace: bool = False
 
     def check(self) -> None:
         _at_least("trainer.epochs", self.epochs, 1)
@@ -45,6 +47,8 @@ class TrainerConfig:
         _at_least("trainer.eval_batch_size", self.eval_batch_size, 1)
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 1)
         _at_least("trainer.log_every", self.log_every, 1)
+        if self.dist_timeout_s <= 0:
+            raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")
         if self.lr <= 0 or self.head_lr <= 0:
             raise MtlError("trainer.lr and trainer.head_lr must be > 0")
         if not 0 <= self.warmup_ratio < 1:
@@ -147,8 +151,27 @@ class Settings:
     tasks: dict[str, TaskConfig]
 
 
+def check_task_overrides(overrides: list[str]) -> None:
+    """`task=[a,a]`: Hydra would silently keep one `a`; a repeated name is a user error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.key_or_group != "task":
+            continue
+        names = override.value()
+        names = names if isinstance(names, list) else [names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            names = ", ".join(twice)
+            raise MtlError(f"task {names} given twice in task=[...]; list each task once")
+
+
 def validate(cfg: DictConfig) -> Settings:
     """Check the composed config; returns typed settings or raises a one-line MtlError."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():  # not when composed by hand (tests, notebooks)
+        check_task_overrides(list(HydraConfig.get().overrides.task))
     tasks_node = cfg.get("task") or {}
     if not tasks_node:
         raise MtlError("no task selected: pick some with task=[name,...] (see conf/task/)")

@@ -100,6 +100,7 @@ def train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         ("loader.weighting=heavy", "weighting"),
         ("sampler.sort_bs_num=0", "sort_bs_num"),
         ("task.synthetic_cls.type=ranking", "task.synthetic_cls.type"),
+        ("task=[synthetic_cls,synthetic_cls]", "given twice"),
     ],
 )
 def test_bad_config_gives_one_clear_line(tmp_path, override, expected):
