@@ -1,7 +1,13 @@
-"""Train one shared encoder with a head per task: `python train.py loader=mixup task=[a,b]`."""
+"""Train one shared encoder with a head per task: `python train.py loader=mixup task=[a,b]`.
+
+Under a launcher (`torchrun`, `accelerate launch`) the process group starts before Hydra, so that
+rank 0 picks the run folder for every rank (see `mtl.distributed.start_launch`).
+"""
 
 import hydra
 from omegaconf import DictConfig
+
+from mtl.distributed import start_launch
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -12,4 +18,5 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
+    start_launch()
     main()

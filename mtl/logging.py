@@ -7,11 +7,16 @@ offline by default so no account or network is needed; `logger=none` turns the t
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import torch
+from omegaconf import DictConfig
+
 from mtl.config import LoggerConfig
+from mtl.errors import MtlError
 
 
 class RunLogger:
@@ -68,7 +73,6 @@ class ShareMeter:
     """
 
     def __init__(self, tasks: list[str], unit: str):
-        import torch
 
         self.tasks = tasks
         self.unit = unit  # "batches" or "rows"
@@ -100,6 +104,76 @@ class ShareMeter:
         return {"total": self.total.tolist()}
 
     def load_state_dict(self, state: dict) -> None:
-        import torch
 
         self.total = torch.tensor(state["total"], dtype=torch.float64)
+
+
+def window_figures(accelerator, names, loss_sums, shares, loader, steps) -> dict[str, float]:
+    """The logging window's losses and shares, summed over processes (one collective each).
+
+    Each rank's per-task loss sums are gathered, so a NaN/inf loss is reported with its task and
+    rank, on every rank at the same step."""
+    world = accelerator.num_processes
+    per_rank = accelerator.gather(loss_sums.reshape(1, -1)).reshape(world, len(names), 2).cpu()
+    loss_sums.zero_()
+    bad = [
+        f"task {names[i]!r} on rank {r}"
+        for r in range(world)
+        for i in range(len(names))
+        if per_rank[r, i, 1] > 0 and not math.isfinite(float(per_rank[r, i, 0]))
+    ]
+    if bad:
+        err = MtlError(
+            f"loss is NaN/inf for {', '.join(bad)} in steps {steps[0]}-{steps[1]}; check that "
+            "task's data and labels, or lower the learning rate"
+        )
+        err.all_ranks = True
+        raise err
+    sums = per_rank.double().sum(dim=0)
+    figures: dict[str, float] = {}
+    total, count = 0.0, 0.0
+    for i, name in enumerate(names):
+        if sums[i, 1] > 0:
+            figures[f"loss/{name}"] = float(sums[i, 0] / sums[i, 1])
+            total += float(sums[i, 0])
+            count += float(sums[i, 1])
+    figures["loss"] = total / max(count, 1.0)
+    figures.update(shares.figures(accelerator, loader.target_shares()))
+    return figures
+
+
+def mix_text(figures: dict[str, float], names: list[str]) -> str:
+    return " ".join(f"{name[:8]}={figures.get(f'share/{name}', 0):.2f}" for name in names)
+
+
+def run_name(cfg: DictConfig) -> str:
+    choices = hydra_choices()
+    parts = ["+".join(cfg.task.keys()), choices.get("loader", ""), choices.get("sampler", "")]
+    return "-".join(p for p in parts if p)
+
+
+def run_group() -> str | None:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        return Path(hc.sweep.dir).name if hc.mode.name == "MULTIRUN" else None
+    except ValueError:
+        return None
+
+
+def hydra_choices() -> dict:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        return {}
+
+
+def print_summary(final: dict[str, float], tasks: dict, metrics: dict) -> None:
+    print("\ntask                  type                      metric      dev")
+    for name, task in tasks.items():
+        key = metrics[name].main
+        value = final.get(f"eval/{name}/{key}", float("nan"))
+        print(f"{name:<21} {task.type:<25} {key:<11} {value:.4f}")

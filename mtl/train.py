@@ -4,25 +4,47 @@
 the composite loader (its `exhaust` policy says what that is). Evaluation runs after each epoch
 (and every `trainer.eval_every` steps); a checkpoint is saved every `trainer.checkpoint_every`
 steps and at the end, and `trainer.resume=<folder>` continues exactly where it stopped.
+
+Several processes (DDP through accelerate): every rank takes the same task(s) at every step (the
+loader's schedule is seeded, not drawn from the global RNG) from its own shard of each task, so
+the heads used in a step are the same on all ranks and their gradients are all-reduced together.
+Ranks that would disagree are refused at start (`mtl.distributed.check_same_run`). Losses are
+summed on the device and read once per logged window: a NaN/inf loss is found there (every
+`trainer.log_every` steps, all ranks at once through one all-gather) and ends the run on every
+rank with an error naming the task and rank. A failing batch ends its rank with an error naming
+the task; the launcher then stops the others, and any collective that waits longer than
+`trainer.dist_timeout_s` fails rather than hangs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from mtl.checkpoint import TrainState, resolve_checkpoint, save_checkpoint
 from mtl.config import validate
 from mtl.data import make_collator, task_dataset
+from mtl.distributed import Tracer, check_same_run, env_rank, export_slurm_env, set_timeout
 from mtl.errors import MtlError
 from mtl.evaluate import evaluate
-from mtl.logging import RunLogger, ShareMeter
+from mtl.logging import (
+    RunLogger,
+    ShareMeter,
+    mix_text,
+    print_summary,
+    run_group,
+    run_name,
+    window_figures,
+)
 from mtl.registry import (
     build_composite_loader,
     build_metrics,
@@ -32,34 +54,20 @@ from mtl.registry import (
 )
 
 
-class TrainState:
-    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`)."""
-
-    def __init__(self, shares: ShareMeter):
-        self.step = 0  # optimizer steps done
-        self.epoch = 0  # epochs completed
-        self.shares = shares
-
-    def state_dict(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "shares": self.shares.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step, self.epoch = state["step"], state["epoch"]
-        self.shares.load_state_dict(state["shares"])
-
-
 def main(cfg: DictConfig) -> dict[str, float]:
     """Entry point for `train.py`: bad input ends the run with one line on stderr, status 2."""
     try:
         return run(cfg)
     except MtlError as err:
-        print(f"mtl: error: {err}", file=sys.stderr)
+        # An error every rank raised alike is printed once, by rank 0.
+        if env_rank() == 0 or not getattr(err, "all_ranks", False):
+            print(f"mtl: error: {err}", file=sys.stderr)
         sys.exit(2)
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
     from accelerate import Accelerator, DistributedDataParallelKwargs
-    from accelerate.utils import set_seed
+    from accelerate.utils import InitProcessGroupKwargs, set_seed
     from transformers import get_linear_schedule_with_warmup
     from transformers.utils import logging as hf_logging
 
@@ -68,15 +76,22 @@ def run(cfg: DictConfig) -> dict[str, float]:
     settings = validate(cfg)
     t = settings.trainer
     run_dir = Path(cfg.output_dir)
+    export_slurm_env()
     accelerator = Accelerator(
         cpu=t.cpu,
         mixed_precision=t.mixed_precision,
-        gradient_accumulation_steps=t.grad_accum,
+        # Gradient accumulation is done in the loop (it knows where an epoch ends), and the
+        # schedule counts optimizer steps: step it once per optimizer step, not once per process.
+        step_scheduler_with_optimizer=False,
         log_with="wandb" if settings.logger.backend == "wandb" else None,
         project_dir=str(run_dir),
-        # Single-task batches leave the other heads without gradients.
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        kwargs_handlers=[
+            # Single-task batches leave the other heads without gradients.
+            DistributedDataParallelKwargs(find_unused_parameters=True),
+            InitProcessGroupKwargs(timeout=timedelta(seconds=t.dist_timeout_s)),
+        ],
     )
+    set_timeout(t.dist_timeout_s)  # also when train.py started the process group
     set_seed(cfg.seed, device_specific=True)
 
     tasks, tokenizer = build_tasks(settings, cfg.seed)
@@ -92,6 +107,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     loader = build_composite_loader(
         cfg.loader, loaders, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id
     )
+    check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     model = build_model(settings, tasks)
     optimizer = torch.optim.AdamW(param_groups(model, t.lr, t.head_lr, t.weight_decay))
     steps_per_epoch = math.ceil(len(loader) / t.grad_accum)
@@ -136,37 +152,54 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
         progress = tqdm(total=total_steps, initial=state.step, desc="train", dynamic_ncols=True)
 
-    loss_sums = torch.zeros(2 * len(names), dtype=torch.float64)  # per task: loss sum, count
+    tracer = None
+    if t.trace:
+        sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
+        tracer = Tracer(run_dir, accelerator, sizes)
+    index = {name: i for i, name in enumerate(names)}
+    # Per task: loss sum, count; kept on the device, read once per logged window.
+    loss_sums = torch.zeros(len(names), 2, dtype=torch.float32, device=accelerator.device)
+    window_first = state.step + 1
     window_start = time.perf_counter()
     final: dict[str, float] = {}
     done = state.step >= total_steps
     model.train()
     while not done and state.epoch < t.epochs:
-        for batch in loader:
+        first = loader.state_dict()["step"]  # > 0 when resuming mid-epoch
+        for i, batch in enumerate(guarded(loader, accelerator.process_index), start=first):
             counts = task_counts(batch)
             shares.update(
                 counts, int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
             )
             batch = to_device(batch, accelerator.device)
-            with accelerator.accumulate(model):
+            sync, group = accumulation(i, len(loader), t.grad_accum)
+            # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in
+            # an earlier micro-batch of the step: tests/distributed checks grad_accum 2.
+            with contextlib.nullcontext() if sync else accelerator.no_sync(model):
                 out = model(batch)
-                accelerator.backward(out["loss"])
-                if accelerator.sync_gradients and t.max_grad_norm:
+                accelerator.backward(out["loss"] / group)
+            if sync:
+                if t.max_grad_norm:
                     accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
             for name, value in out["task_losses"].items():
-                i = names.index(name)
-                loss_sums[2 * i] += float(value.detach())
-                loss_sums[2 * i + 1] += 1
-            if not accelerator.sync_gradients:
+                loss_sums[index[name], 0] += value.detach().float()
+                loss_sums[index[name], 1] += 1
+            if tracer is not None:
+                tracer.add(batch, out["loss"].detach())
+            if not sync:
                 continue
             state.step += 1
+            if tracer is not None:
+                tracer.step(state.step, state.epoch, accelerator.unwrap_model(model))
             if progress is not None:
                 progress.update(1)
             if state.step % t.log_every == 0 or state.step == total_steps:
-                figures = window_figures(accelerator, names, loss_sums, shares, loader)
+                steps = (window_first, state.step)
+                figures = window_figures(accelerator, names, loss_sums, shares, loader, steps)
+                window_first = state.step + 1
                 seconds = time.perf_counter() - window_start
                 figures["tokens_per_s"] = figures.pop("tokens") / max(seconds, 1e-9)
                 figures["lr"] = scheduler.get_last_lr()[0]
@@ -197,6 +230,14 @@ def run(cfg: DictConfig) -> dict[str, float]:
         print_summary(final, tasks, metrics)
         (run_dir / "results.json").write_text(json.dumps({"step": state.step, **final}, indent=2))
     return final
+
+
+def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int]:
+    """For the `index`-th batch of an epoch: whether an optimizer step follows it, and how many
+    batches that step averages (`grad_accum`, fewer for the epoch's last, partial group)."""
+    group_start = index - index % grad_accum
+    group = min(grad_accum, epoch_len - group_start)
+    return index + 1 == group_start + group, group
 
 
 def param_groups(model, lr: float, head_lr: float, weight_decay: float) -> list[dict]:
@@ -239,74 +280,29 @@ def to_device(batch: dict, device) -> dict:
     return {k: move(v) for k, v in batch.items()}
 
 
-def window_figures(accelerator, names, loss_sums, shares, loader) -> dict[str, float]:
-    """The logging window's losses and shares, summed over processes (one reduce each)."""
-    sums = accelerator.reduce(loss_sums.to(accelerator.device), reduction="sum").cpu()
-    loss_sums.zero_()
-    figures: dict[str, float] = {}
-    total, count = 0.0, 0.0
-    for i, name in enumerate(names):
-        if sums[2 * i + 1] > 0:
-            figures[f"loss/{name}"] = float(sums[2 * i] / sums[2 * i + 1])
-            total += float(sums[2 * i])
-            count += float(sums[2 * i + 1])
-    figures["loss"] = total / max(count, 1.0)
-    figures.update(shares.figures(accelerator, loader.target_shares()))
-    return figures
+def guarded(loader, rank: int):
+    """The loader's batches; a batch that fails to load ends this rank with the task named."""
+    batches = iter(loader)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except MtlError:
+            raise
+        except Exception as err:
+            detail = (str(err).strip().splitlines() or [""])[-1]
+            raise MtlError(
+                f"rank {rank}: task {scheduled_tasks(loader)}: loading its batch at epoch "
+                f"{loader.epoch} step {loader._step} failed: {type(err).__name__}: {detail}"
+            ) from err
+        yield batch
 
 
-def mix_text(figures: dict[str, float], names: list[str]) -> str:
-    return " ".join(f"{name[:8]}={figures.get(f'share/{name}', 0):.2f}" for name in names)
-
-
-def save_checkpoint(accelerator, run_dir: Path, step: int) -> None:
-    """`<run>/checkpoints/step_<N>`: model, optimizer, scheduler, RNG, loader and counters."""
-    accelerator.save_state(str(run_dir / "checkpoints" / f"step_{step:07d}"))
-
-
-def resolve_checkpoint(path: str) -> str:
-    """A checkpoint folder, or a run folder (its latest checkpoint)."""
-    p = Path(path)
-    if (p / "checkpoints").is_dir():
-        steps = sorted((p / "checkpoints").glob("step_*"))
-        if steps:
-            return str(steps[-1])
-    if not p.is_dir():
-        raise MtlError(
-            f"trainer.resume={path}: no such checkpoint folder; give a "
-            "<run>/checkpoints/step_N folder or a run folder"
-        )
-    return str(p)
-
-
-def run_name(cfg: DictConfig) -> str:
-    choices = hydra_choices()
-    parts = ["+".join(cfg.task.keys()), choices.get("loader", ""), choices.get("sampler", "")]
-    return "-".join(p for p in parts if p)
-
-
-def run_group() -> str | None:
+def scheduled_tasks(loader) -> str:
+    """The task(s) the loader's current step reads (for error messages)."""
     try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-        return Path(hc.sweep.dir).name if hc.mode.name == "MULTIRUN" else None
-    except ValueError:
-        return None
-
-
-def hydra_choices() -> dict:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return dict(HydraConfig.get().runtime.choices)
-    except ValueError:
-        return {}
-
-
-def print_summary(final: dict[str, float], tasks: dict, metrics: dict) -> None:
-    print("\ntask                  type                      metric      dev")
-    for name, task in tasks.items():
-        key = metrics[name].main
-        value = final.get(f"eval/{name}/{key}", float("nan"))
-        print(f"{name:<21} {task.type:<25} {key:<11} {value:.4f}")
+        row = loader.schedule(loader.epoch)[loader._step]
+        return ",".join(repr(loader.names[t]) for t in loader._tasks_at(row))
+    except Exception:
+        return "?"

@@ -154,3 +154,12 @@ def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path):
         assert (job / ".hydra" / "config.yaml").is_file()
         assert len(list((job / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
         assert (job / "metrics.jsonl").is_file()
+
+
+def test_grad_accum_steps_at_every_epoch_end(make_cfg, tmp_path):
+    # 3 tasks x 4 batches = 12 batches per epoch; grad_accum 5 -> groups of 5, 5, 2.
+    run(make_cfg("trainer.max_steps=null", "trainer.epochs=2", "trainer.grad_accum=5"))
+    steps = [r["step"] for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    epochs = [r["epoch"] for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert epochs == [0, 0, 0, 1, 1, 1]

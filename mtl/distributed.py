@@ -1,0 +1,188 @@
+"""Running under a launcher (`torchrun`, `accelerate launch`): one run folder per launch, checks
+that every process trains the same thing, and a per-step trace for tests.
+
+- `start_launch()` runs in `train.py` before Hydra. With `WORLD_SIZE > 1` it starts the process
+  group (gloo on CPU; gloo + NCCL where CUDA is present), rank 0's clock becomes the launch time
+  of every rank (`MTL_LAUNCH_TIME`, read by the `mtl_now` resolver in `conf/hydra/default.yaml`),
+  and ranks other than 0 are told not to write Hydra's `.hydra/` files or log file. So a launch
+  gets one run folder whatever the start skew of its processes, and the folder name carries
+  microseconds, so two launches started in the same second get two folders.
+- `check_same_run()` all-gathers a fingerprint of the config and the loader's schedule: ranks that
+  would train different things (and desynchronise or hang) are refused with one MtlError.
+- `Tracer` writes `trace_rank<r>.jsonl` (`trainer.trace=true`): one line per optimizer step with
+  the tasks, example ids and loss of each micro-batch and a hash of the parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from mtl.errors import MtlError
+
+LAUNCH_TIME_ENV = "MTL_LAUNCH_TIME"
+_launch_time: datetime | None = None
+
+
+def env_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launch_time() -> datetime:
+    """The launch's clock: `MTL_LAUNCH_TIME` when set (rank 0's, shared), else this process's
+    first call to it (one value per process, so run and sweep folders agree)."""
+    global _launch_time
+    if _launch_time is None:
+        stamp = os.environ.get(LAUNCH_TIME_ENV)
+        _launch_time = datetime.fromisoformat(stamp) if stamp else datetime.now()
+    return _launch_time
+
+
+OmegaConf.register_new_resolver(
+    "mtl_now", lambda pattern: launch_time().strftime(pattern), replace=True
+)
+
+
+def start_launch(timeout_s: float = 600.0) -> None:
+    """Before Hydra: under a launcher, start the process group and share rank 0's launch time;
+    on ranks other than 0, leave Hydra's files and log file to rank 0 (command-line overrides).
+    `run` later sets the group's timeout to `trainer.dist_timeout_s`."""
+    import torch.distributed as dist
+
+    if env_world_size() <= 1:
+        return
+    if not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            backend = "cpu:gloo,cuda:nccl"
+        else:
+            backend = "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    stamp = [launch_time().isoformat() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(stamp, src=0)
+    global _launch_time
+    _launch_time = None
+    os.environ[LAUNCH_TIME_ENV] = stamp[0]
+    if dist.get_rank() != 0:
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
+def export_slurm_env() -> None:
+    """Inside a SLURM job step of several tasks started by hydra-submitit-launcher (no torchrun),
+    turn SLURM's task variables into torch's (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT)
+    with submitit's helper, so that accelerate starts DDP. Not exercised by the tests here."""
+    if int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "WORLD_SIZE" in os.environ:
+        return
+    try:
+        from submitit.helpers import TorchDistributedEnvironment
+    except ImportError:
+        return
+    TorchDistributedEnvironment().export()
+
+
+def set_timeout(seconds: float) -> None:
+    """A collective that waits longer than this fails instead of hanging (peer gone or stuck)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(timedelta(seconds=seconds))
+
+
+def fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_same_run(accelerator, config: dict, loader) -> None:
+    """Refuse (MtlError on every rank) when ranks would not take the same steps on the same
+    tasks: a config that differs by rank (e.g. a seed read from the environment), different data
+    sizes, or a loader whose schedule differs. Costs one small all-gather at start."""
+    if accelerator.num_processes <= 1:
+        return
+    from accelerate.utils import gather_object
+
+    config = {k: v for k, v in config.items() if k != "output_dir"}
+    parts = {
+        "config": fingerprint(config),
+        "batches per task": dict(zip(loader.names, map(int, loader.sizes), strict=True)),
+        "schedule": fingerprint(loader.schedule(loader.epoch).tolist(), len(loader)),
+    }
+    everyone = gather_object([parts])
+    for key in parts:
+        values = [p[key] for p in everyone]
+        if any(v != values[0] for v in values):
+            by_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+            err = MtlError(
+                f"the {accelerator.num_processes} processes disagree on the {key} ({by_rank}); "
+                "every rank must get the same config and data (no rank-dependent options), "
+                "or the ranks would train different tasks per step and desynchronise or hang"
+            )
+            err.all_ranks = True
+            raise err
+
+
+def param_hash(model: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes, in order: equal on two ranks iff bitwise equal."""
+    digest = hashlib.sha256()
+    for param in model.parameters():
+        digest.update(param.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def batch_examples(batch: dict) -> dict[str, list[int]]:
+    """Task -> example ids of a single-task or mixed batch."""
+    ids = batch.get("example_ids")
+    if ids is None:
+        return {}
+    if "task" in batch:
+        return {batch["task"]: ids.tolist()}
+    return {
+        name: ids[batch["task_ids"] == i].tolist()
+        for i, name in enumerate(batch["tasks"])
+        if bool((batch["task_ids"] == i).any())
+    }
+
+
+class Tracer:
+    """`trace_rank<r>.jsonl` in the run folder: a header line (world size, rank, train sizes),
+    then per optimizer step {step, epoch, micro: [{tasks, example_ids, loss}], param_hash}.
+    Tracing syncs with the device every micro-batch: for tests and debugging only."""
+
+    def __init__(self, run_dir: Path, accelerator, train_sizes: dict[str, int]):
+        self.path = Path(run_dir) / f"trace_rank{accelerator.process_index}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.micro: list[dict] = []
+        header = {
+            "header": True,
+            "world": accelerator.num_processes,
+            "rank": accelerator.process_index,
+            "train_sizes": train_sizes,
+        }
+        self._write(header)
+
+    def _write(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def add(self, batch: dict, loss: torch.Tensor) -> None:
+        examples = batch_examples(batch)
+        self.micro.append({"tasks": list(examples), "example_ids": examples, "loss": float(loss)})
+
+    def step(self, step: int, epoch: int, model: torch.nn.Module) -> None:
+        self._write(
+            {"step": step, "epoch": epoch, "micro": self.micro, "param_hash": param_hash(model)}
+        )
+        self.micro = []

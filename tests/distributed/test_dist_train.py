@@ -1,0 +1,363 @@
+"""Two CPU processes on gloo (`torchrun --standalone --nproc_per_node 2 train.py ...`).
+
+Every launch asserts that it really ran with 2 processes (the trace headers) and sets a short
+process-group timeout, so a hang fails in seconds. Several checks share one launch (Hydra `-m`
+sweeps of a multi-process job) to keep the suite to a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtl.train import run
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
+# synthetic_reg with 24 examples (21 train): fewer than 2 ranks x batch size 16.
+TASK_ARGS = [f"task=[{','.join(TASKS)}]", "task.synthetic_reg.source.size=24"]
+COMMON = [
+    "debug=fast",
+    "trainer.max_steps=null",
+    "trainer.cpu=true",
+    "trainer.trace=true",
+    "trainer.dist_timeout_s=20",
+]
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def torchrun(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    if not any(arg.startswith("task=") for arg in args):
+        args = (*TASK_ARGS, *args)
+    flags = [arg for arg in args if arg == "-m"]  # Hydra's flags go before the overrides
+    overrides = [arg for arg in args if arg != "-m"]
+    command += ["--nproc_per_node", "2", str(ROOT / "train.py"), *flags, *COMMON, *overrides]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    full_env.pop("MTL_LAUNCH_TIME", None)
+    return subprocess.Popen(
+        command, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"launch hung for {timeout}s:\n{err[-3000:]}")
+    return proc.returncode, out + err
+
+
+def launch(*args: str, cwd: Path) -> str:
+    code, output = finish(torchrun(*args, cwd=cwd))
+    assert code == 0, output[-4000:]
+    return output
+
+
+def read_trace(run_dir: Path, world: int = 2) -> list[list[dict]]:
+    """Per rank: the step rows; asserts the run had `world` processes."""
+    ranks = []
+    for rank in range(world):
+        rows = [json.loads(line) for line in (run_dir / f"trace_rank{rank}.jsonl").open()]
+        headers = [r for r in rows if r.get("header")]
+        assert headers and all(h["world"] == world and h["rank"] == rank for h in headers)
+        ranks.append([r for r in rows if not r.get("header")])
+    assert not (run_dir / f"trace_rank{world}.jsonl").exists()
+    return ranks
+
+
+def train_sizes(run_dir: Path) -> dict[str, int]:
+    line = (run_dir / "trace_rank0.jsonl").open().readline()
+    return json.loads(line)["train_sizes"]
+
+
+def assert_ranks_in_step(ranks: list[list[dict]]) -> None:
+    """Same steps, same task(s) per micro-batch and the same parameters on every rank."""
+    first = ranks[0]
+    assert first, "no steps traced"
+    for other in ranks[1:]:
+        assert [r["step"] for r in other] == [r["step"] for r in first]
+        for a, b in zip(first, other, strict=True):
+            assert [m["tasks"] for m in a["micro"]] == [m["tasks"] for m in b["micro"]]
+            assert a["param_hash"] == b["param_hash"], f"step {a['step']}: heads out of sync"
+
+
+def assert_disjoint_shards(run_dir: Path, ranks: list[list[dict]], exact: bool) -> None:
+    """Per task per epoch, the ranks' ids cover the task's train split; duplicates only the
+    sampler's padding (fewer than one batch per rank) unless the policy cycles (`exact=False`)."""
+    sizes = train_sizes(run_dir)
+    epochs = {r["epoch"] for r in ranks[0]}
+    for epoch in epochs:
+        for task, size in sizes.items():
+            ids = Counter()
+            for rows in ranks:
+                for row in rows:
+                    if row["epoch"] == epoch:
+                        for micro in row["micro"]:
+                            ids.update(micro["example_ids"].get(task, []))
+            assert set(ids) == set(range(size)), (task, epoch)
+            if exact:
+                assert sum(ids.values()) - size < 2 * 16, (task, epoch)
+
+
+def sweep_jobs(sweep: Path) -> list[Path]:
+    return sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: int(p.name))
+
+
+def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
+    """Checks 1, 2, 6, 7 (sweep): 4 loaders x grad_accum 1, 2 in one `-m` launch."""
+    sweep = tmp_path / "sweep"
+    started = time.perf_counter()
+    launch(
+        "-m",
+        "loader=sequential,round_robin,random,mixup",
+        "trainer.grad_accum=1,2",
+        "sampler=random",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+        cwd=tmp_path,
+    )
+    print(f"8 jobs in {time.perf_counter() - started:.1f}s")
+    jobs = sweep_jobs(sweep)
+    assert len(jobs) == 8
+    for job in jobs:
+        ranks = read_trace(job)
+        assert_ranks_in_step(ranks)
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        mixup = "loader=mixup" in overrides
+        if "grad_accum=1" in overrides:
+            # grad_accum 2: an odd epoch's last micro-batch waits for the next optimizer step
+            # (or is dropped at the end of the run), so it is not in this epoch's trace.
+            assert_disjoint_shards(job, ranks, exact=not mixup)
+        assert "hydra/job_logging=stdout" not in (job / ".hydra" / "hydra.yaml").read_text()
+        assert len(list(job.rglob("config.yaml"))) == 1
+        # Global shares: all-reduced counts, summing to 1, logged once (main process only).
+        metrics = [json.loads(line) for line in (job / "metrics.jsonl").open()]
+        logged = [m for m in metrics if "loss" in m]
+        assert [m["step"] for m in logged] == [r["step"] for r in ranks[0]]
+        for m, *rows in zip(logged, *ranks, strict=True):
+            counts = Counter()
+            for row in rows:
+                for micro in row["micro"]:
+                    for task, ids in micro["example_ids"].items():
+                        counts[task] += len(ids) if mixup else 1
+            total = sum(counts.values())
+            for task in TASKS:
+                assert m[f"share/{task}"] == pytest.approx(counts[task] / total)
+            assert sum(m[f"share/{t}"] for t in TASKS) == pytest.approx(1.0)
+
+
+def test_dist_every_exhaust_policy_and_sampler_gives_equal_steps(tmp_path):
+    """Check 3: no hang and equal steps for every exhaust policy, also for a task smaller than
+    ranks x batch size; two epochs each."""
+    sweep = tmp_path / "sweep"
+    launch(
+        "-m",
+        "loader=random,mixup",
+        "loader.exhaust=each_once,first,cycle_to_longest",
+        "sampler=block_shuffle",
+        "trainer.epochs=2",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+        cwd=tmp_path,
+    )
+    jobs = sweep_jobs(sweep)
+    assert len(jobs) == 6
+    for job in jobs:
+        ranks = read_trace(job)
+        assert_ranks_in_step(ranks)
+        assert {r["epoch"] for r in ranks[0]} == {0, 1}
+        assert json.loads((job / "results.json").read_text())["step"] == ranks[0][-1]["step"]
+
+
+def stream(rows: list[dict]) -> list[tuple]:
+    return [
+        (r["step"], [(m["tasks"], m["example_ids"]) for m in r["micro"]], r["param_hash"])
+        for r in rows
+    ]
+
+
+def losses(rows: list[dict]) -> list[float]:
+    return [m["loss"] for r in rows for m in r["micro"]]
+
+
+def assert_same_stream(got: list[dict], expected: list[dict]) -> None:
+    assert stream(got) == stream(expected)
+    assert losses(got) == pytest.approx(losses(expected), rel=1e-6, abs=1e-7)
+
+
+RESUME = [
+    "loader=random",
+    "sampler=block_shuffle",
+    "trainer.epochs=3",
+    "trainer.checkpoint_every=1",
+    "data.max_examples=48",
+]
+
+
+def checkpoint(run_dir: Path, step: int) -> Path:
+    path = run_dir / "checkpoints" / f"step_{step:07d}"
+    assert path.is_dir()
+    return path
+
+
+def resume_points(rows: list[dict]) -> dict[str, int]:
+    """Steps to stop at: step 1, mid-epoch 0, the epoch 0/1 boundary, mid-epoch 1."""
+    per_epoch = Counter(r["epoch"] for r in rows)
+    n = per_epoch[0]
+    assert n >= 3, "epoch 0 too short to stop mid-epoch"
+    return {"step 1": 1, "mid-epoch 0": n // 2 + 1, "epoch boundary": n, "mid-epoch 1": n + 2}
+
+
+def check_reshuffles(ranks: list[list[dict]]) -> None:
+    """Three epochs give three different orders per task per rank."""
+    for rows in ranks:
+        for task in TASKS[:2]:
+            orders = [
+                [
+                    i
+                    for r in rows
+                    if r["epoch"] == e
+                    for m in r["micro"]
+                    for i in m["example_ids"].get(task, [])
+                ]
+                for e in range(3)
+            ]
+            assert all(orders) and len({tuple(o) for o in orders}) == 3, task
+
+
+def test_dist_same_seed_same_stream_and_exact_resume(tmp_path):
+    """Checks 4 and 5 on 2 processes: reshuffles, reruns (num_workers 0 vs 2) and a chain of
+    resumes from step 1, mid-epoch 0, the epoch boundary and mid-epoch 1."""
+    ref, again = tmp_path / "ref", tmp_path / "again"
+    launch(*RESUME, f"hydra.run.dir={ref}", cwd=tmp_path)
+    launch(*RESUME, "data.num_workers=2", f"hydra.run.dir={again}", cwd=tmp_path)
+    expected = read_trace(ref)
+    assert_ranks_in_step(expected)
+    check_reshuffles(expected)
+    for a, b in zip(read_trace(again), expected, strict=True):
+        assert_same_stream(a, b)
+    previous = ref
+    for label, step in resume_points(expected[0]).items():
+        out = tmp_path / label.replace(" ", "_")
+        launch(
+            *RESUME,
+            f"trainer.resume={checkpoint(previous, step)}",
+            f"hydra.run.dir={out}",
+            cwd=tmp_path,
+        )
+        got = read_trace(out)
+        for rank in range(2):
+            assert got[rank][0]["step"] == step + 1, label
+            assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+        assert [m["step"] for m in metrics if "loss" in m][0] == step + 1
+        previous = out  # the next resume starts from this resumed run's checkpoint
+
+
+def test_dist_single_process_resume_chain(make_cfg, tmp_path):
+    """Check 5 on 1 process (in-process runs, same chain as above)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the launches' OMP_NUM_THREADS=1: 2 threads on 2 cores crawl
+    try:
+        single_process_resume_chain(make_cfg, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def single_process_resume_chain(make_cfg, tmp_path):
+    common = [
+        *RESUME,
+        "trainer.trace=true",
+        "task.synthetic_reg.source.size=24",
+        "trainer.max_steps=null",
+    ]
+    ref = tmp_path / "ref"
+    run(make_cfg(*common, output_dir=ref))
+    (expected,) = read_trace(ref, world=1)
+    previous = ref
+    for label, step in resume_points(expected).items():
+        out = tmp_path / label.replace(" ", "_")
+        run(make_cfg(*common, f"trainer.resume={checkpoint(previous, step)}", output_dir=out))
+        (got,) = read_trace(out, world=1)
+        assert got[0]["step"] == step + 1, label
+        assert_same_stream(got, [r for r in expected if r["step"] > step])
+        previous = out
+
+
+FAULTY_SAMPLER = '''
+import os
+from mtl.samplers import RandomBatchSampler
+
+class FaultyBatchSampler(RandomBatchSampler):
+    """Rank 1's second batch of its first pass holds an index past the dataset's end."""
+    def epoch_batches(self, epoch):
+        batches = super().epoch_batches(epoch)
+        if self.rank == 1 and epoch == 0 and len(batches) > 1:
+            batches[1] = batches[1].copy()
+            batches[1][0] = 10**6
+        return batches
+'''
+
+
+def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
+    """Checks 3 (failure) and 7: a NaN loss on one rank, a bad example on one rank, and a
+    rank-dependent config, launched at the same time: each stops every rank promptly with a
+    message naming task and rank, and each launch has its own run folder."""
+    data = tmp_path / "badreg.jsonl"
+    rows = [{"text": f"row number {i}", "label": float(i % 5)} for i in range(40)]
+    for i in (7, 17, 27):
+        rows[i]["label"] = 1e30  # its squared error overflows float32: an inf loss
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    extra = tmp_path / "conf_extra" / "task"
+    extra.mkdir(parents=True)
+    (extra / "badreg.yaml").write_text(
+        f"# @package task.badreg\ntype: regression\nsource: {{path: {data}}}\nbatch_size: 8\n"
+    )
+    (tmp_path / "faulty_sampler.py").write_text(FAULTY_SAMPLER)
+    started = time.perf_counter()
+    procs = {
+        "nan": torchrun(
+            "task=[synthetic_cls,badreg]",
+            f"hydra.searchpath=[file://{extra.parent}]",
+            "loader=round_robin",
+            cwd=tmp_path,
+        ),
+        "bad example": torchrun(
+            "sampler=random",
+            "sampler._target_=faulty_sampler.FaultyBatchSampler",
+            cwd=tmp_path,
+            env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        ),
+        "rank-dependent seed": torchrun("seed='${oc.decode:${oc.env:RANK}}'", cwd=tmp_path),
+    }
+    results = {}
+    for name, proc in procs.items():
+        code, output = finish(proc, timeout=120)
+        results[name] = (code, output, time.perf_counter() - started)
+        print(f"{name}: exit {code} after {results[name][2]:.1f}s")
+    code, output, _ = results["nan"]
+    assert code != 0
+    assert "loss is NaN/inf for task 'badreg' on rank" in output, output[-3000:]
+    assert output.count("mtl: error:") == 1  # all ranks stop; rank 0 reports once
+    code, output, _ = results["bad example"]
+    assert code != 0
+    assert "mtl: error: rank 1: task 'synthetic_" in output and "IndexError" in output
+    code, output, _ = results["rank-dependent seed"]
+    assert code != 0 and "disagree on the config" in output, output[-3000:]
+    # Three launches, started in the same second: three run folders, one Hydra config each.
+    folders = [p for p in (tmp_path / "outputs" / "runs").glob("*/*") if p.is_dir()]
+    assert len(folders) == 3
+    for folder in folders:
+        assert len(list(folder.rglob("config.yaml"))) == 1
