@@ -109,7 +109,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     )
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     model = build_model(settings, tasks)
-    optimizer = torch.optim.AdamW(param_groups(model, t.lr, t.head_lr, t.weight_decay))
+    optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
     steps_per_epoch = math.ceil(len(loader) / t.grad_accum)
     total_steps = t.max_steps or steps_per_epoch * t.epochs
     scheduler = get_linear_schedule_with_warmup(
@@ -168,9 +168,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
         first = loader.state_dict()["step"]  # > 0 when resuming mid-epoch
         for i, batch in enumerate(guarded(loader, accelerator.process_index), start=first):
             counts = task_counts(batch)
-            shares.update(
-                counts, int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
-            )
+            mask = batch["attention_mask"]
+            tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
+            shares.update(counts, tokens, mask.numel())
             batch = to_device(batch, accelerator.device)
             sync, group = accumulation(i, len(loader), t.grad_accum)
             # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in
@@ -238,6 +238,15 @@ def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int
     group_start = index - index % grad_accum
     group = min(grad_accum, epoch_len - group_start)
     return index + 1 == group_start + group, group
+
+
+def make_optimizer(groups: list[dict]) -> torch.optim.Optimizer:
+    """AdamW, fused where this torch build has it (CPU and CUDA: about 6x faster a step than
+    the per-parameter loop on MiniLM's 22.7M parameters, see scripts/bench_train_speed.py)."""
+    try:
+        return torch.optim.AdamW(groups, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups)
 
 
 def param_groups(model, lr: float, head_lr: float, weight_decay: float) -> list[dict]:

@@ -1,13 +1,16 @@
 """Per-batch overhead of the composite loaders over three in-memory tasks.
 
 Every row iterates the same three per-task DataLoaders (pre-tokenized, padded tensors in memory,
-RandomBatchSampler of 32, a collate that only indexes tensors, so the loaders themselves are
-cheap and any overhead shows), and reports microseconds per task batch drawn:
+RandomBatchSampler of 32, a collate that only indexes tensors and, like mtl's collators, adds the
+batch's non-pad token count `num_tokens` as a plain int, so the loaders themselves are cheap and
+any overhead shows), and reports microseconds per task batch drawn:
 
 - `sequential`, `round_robin`, `random` (each_once) and `mixup` (cycle_to_longest) beside
-  `by_hand`: the same DataLoaders iterated in a plain loop in the same order as the loader's
-  schedule (for mixup: one batch of each task per step, cycling, merged with pad + cat +
-  row permutation, the same work the merge must do);
+  `by_hand`: the same DataLoaders (same collate) iterated in a plain loop in the same order as
+  the loader's schedule, a fresh iterator per pass. For mixup: one batch of each task per step,
+  cycling, merged by pad + cat + row permutation (the same `default_rng([seed, epoch, step])`
+  draw) of input_ids, attention_mask and labels, plus the permuted task ids a multi-task loop
+  needs to route rows; the loader does this and also splits the labels per task;
 - peers, optional imports: Lightning `CombinedLoader` in mode `sequential` (beside our
   sequential) and `max_size_cycle` (one batch of each task per step, no merge; beside a by-hand
   zip of cycling iterators), and HF datasets `interleave_datasets` over the tasks pre-batched
@@ -50,6 +53,7 @@ class Rows(Dataset):
         lengths = torch.randint(4, width + 1, (n,), generator=g)
         self.attention_mask = (torch.arange(width) < lengths[:, None]).long()
         self.labels = torch.randint(0, 2, (n,), generator=g)
+        self.lengths = lengths.tolist()
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -60,12 +64,14 @@ class Rows(Dataset):
     def __getitems__(self, indices: list[int]) -> list[int]:
         return indices
 
-    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor | int]:
         idx = torch.tensor(indices)
         return {
             "input_ids": self.input_ids[idx],
             "attention_mask": self.attention_mask[idx],
             "labels": self.labels[idx],
+            # mtl's collator knows this from its packed rows; here a cheap stand-in (~1 us)
+            "num_tokens": sum(map(self.lengths.__getitem__, indices)),
         }
 
 
@@ -78,37 +84,50 @@ def make_loaders(scale: float) -> dict[str, DataLoader]:
     return loaders
 
 
+def passes(loader: DataLoader) -> Iterator:
+    """A task's batches pass after pass, each pass reshuffled with `set_epoch(pass)`."""
+    for pass_index in itertools.count():
+        loader.batch_sampler.set_epoch(pass_index)
+        yield from loader
+
+
 def by_hand(loaders: dict[str, DataLoader], schedule: np.ndarray) -> Iterator:
-    """One fresh iterator per task (new pass when used up) read in the order of `schedule`."""
-    names = list(loaders)
-    iters = [iter(loaders[n]) for n in names]
+    """The tasks' batches read in the order of `schedule` (task index per step)."""
+    nexts = [passes(dl).__next__ for dl in loaders.values()]
     for t in schedule.tolist():
-        try:
-            yield next(iters[t])
-        except StopIteration:
-            iters[t] = iter(loaders[names[t]])
-            yield next(iters[t])
+        yield nexts[t]()
 
 
 def by_hand_zip(loaders: dict[str, DataLoader], steps: int) -> Iterator:
-    cycles = [
-        itertools.chain.from_iterable(iter(dl) for _ in itertools.count())
-        for dl in loaders.values()
-    ]
+    """One batch of every task per step; a task that runs out starts its next pass."""
+    nexts = [passes(dl).__next__ for dl in loaders.values()]
     for _ in range(steps):
-        yield [next(c) for c in cycles]
+        yield [n() for n in nexts]
 
 
-def by_hand_mixup(loaders: dict[str, DataLoader], steps: int) -> Iterator:
+def by_hand_mixup(loaders: dict[str, DataLoader], steps: int, epoch: int = 0) -> Iterator:
+    """Pad + cat + permute, as one would write it in a training loop, with the task ids."""
     for step, batches in enumerate(by_hand_zip(loaders, steps)):
         width = max(b["input_ids"].shape[1] for b in batches)
-        perm = torch.from_numpy(
-            np.random.default_rng([0, 0, step]).permutation(sum(len(b["labels"]) for b in batches))
-        )
+        sizes = [len(b["labels"]) for b in batches]
+        perm = np.random.default_rng([0, epoch, step]).permutation(sum(sizes))
+        order = torch.from_numpy(perm)
         yield {
-            key: torch.cat([F.pad(b[key], (0, width - b[key].shape[1])) for b in batches])[perm]
+            key: torch.cat([F.pad(b[key], (0, width - b[key].shape[1])) for b in batches])[order]
             for key in ("input_ids", "attention_mask")
-        } | {"labels": torch.cat([b["labels"] for b in batches])[perm]}
+        } | {
+            "labels": torch.cat([b["labels"] for b in batches])[order],
+            "task_ids": torch.from_numpy(np.repeat(np.arange(len(batches)), sizes)[perm]),
+        }
+
+
+def check_same_batches(ours: dict, rows: dict) -> None:
+    """Epoch 0 of each loader and its by-hand row yield the same batches (then reset epoch 0)."""
+    for name, loader in ours.items():
+        for a, b in zip(loader, rows[f"by_hand_{name}"](), strict=True):
+            for key in ("input_ids", "attention_mask", "task_ids"):
+                assert key not in a or torch.equal(a[key], b[key]), (name, key)
+        loader.set_epoch(0)
 
 
 def lightning_rows(loaders: dict[str, DataLoader]) -> dict[str, Callable[[], Iterator]] | str:
@@ -190,6 +209,7 @@ def main() -> None:
         rows[name] = lambda loader=loader: iter(loader)
         pairs[name] = f"by_hand_{name}"
     rows["by_hand_zip"] = lambda: by_hand_zip(loaders, steps["mixup"])
+    check_same_batches(ours, rows)
     steps |= {f"by_hand_{n}": steps[n] for n in ours} | {"by_hand_zip": steps["mixup"]}
     per_step |= {f"by_hand_{n}": per_step[n] for n in ours} | {"by_hand_zip": len(loaders)}
 

@@ -79,7 +79,9 @@ class TaskCollator:
 
     Output: {"input_ids": Long[B, T], "attention_mask": Long[B, T], ("token_type_ids": Long[B, T]),
     "labels": Long[B] | Long[B, T] (-100 on padding) | Float[B], "task": task_name,
-    "example_ids": Long[B]} with T the longest length rounded up to `pad_to_multiple_of`.
+    "example_ids": Long[B], "num_tokens": int} with T the longest length rounded up to
+    `pad_to_multiple_of`. `num_tokens` is the number of non-pad tokens (`attention_mask.sum()`)
+    as a plain int, known from the packed rows for free, so counting tokens needs no tensor sum.
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class TaskCollator:
         batch["labels"] = torch.from_numpy(labels)
         batch["task"] = self.task_name
         batch["example_ids"] = torch.from_numpy(rows.example_ids.astype(np.int64))
+        batch["num_tokens"] = len(rows.input_ids)  # the rows' tokens end to end
         return batch
 
     def __repr__(self) -> str:

@@ -22,7 +22,6 @@ sampler has it (no data loaded), otherwise by drawing and discarding `position` 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -50,6 +49,8 @@ def advance(cursor: Cursor, count: int, size: int) -> Cursor:
 class TaskStream:
     """One task's loader, read through its cursor; opens a fresh iterator for every pass."""
 
+    __slots__ = ("name", "loader", "size", "pass_index", "position", "_iterator")
+
     def __init__(self, name: str, loader: Iterable, size: int) -> None:
         self.name = name
         self.loader = loader
@@ -68,12 +69,11 @@ class TaskStream:
         self._iterator = None
 
     def next_batch(self) -> Any:
-        if self.pass_index < 0 or self.position >= self.size:
-            self.place((self.pass_index + 1, 0))
-        if self._iterator is None:
-            self._iterator = self._open()
+        iterator = self._iterator
+        if iterator is None or self.position >= self.size:
+            iterator = self._start()
         try:
-            batch = next(self._iterator)
+            batch = next(iterator)
         except StopIteration:
             raise RuntimeError(
                 f"task {self.name!r}: its loader stopped after {self.position} batches of pass "
@@ -81,6 +81,13 @@ class TaskStream:
             ) from None
         self.position += 1
         return batch
+
+    def _start(self) -> Iterator:
+        """Open the iterator at the cursor; a pass used up (or never started) starts the next."""
+        if self.pass_index < 0 or self.position >= self.size:
+            self.pass_index, self.position = self.pass_index + 1, 0
+        self._iterator = self._open()
+        return self._iterator
 
     def _open(self) -> Iterator:
         batch_sampler = getattr(self.loader, "batch_sampler", None)
@@ -99,14 +106,22 @@ class TaskStream:
 
 
 def count_batch(batch: Any) -> tuple[int, int]:
-    """(examples, non-pad tokens) of a batch dict; zeros for anything else."""
-    if not isinstance(batch, Mapping):
+    """(examples, non-pad tokens) of a batch dict; zeros for anything else.
+
+    Tokens: the batch's `num_tokens` (a plain int the mtl collators put there), else the sum of
+    `attention_mask`, else the number of `input_ids`."""
+    if not isinstance(batch, dict) and not isinstance(batch, Mapping):
         return 0, 0
-    ids, mask = batch.get("input_ids"), batch.get("attention_mask")
-    examples = int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim else 0
+    ids = batch.get("input_ids")
+    is_tensor = isinstance(ids, torch.Tensor)
+    examples = ids.shape[0] if is_tensor and ids.ndim else 0
+    tokens = batch.get("num_tokens")
+    if tokens is not None:
+        return examples, int(tokens)
+    mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
         return examples, int(mask.sum())
-    return examples, int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
+    return examples, ids.numel() if is_tensor else 0
 
 
 class CompositeLoader:
@@ -187,7 +202,23 @@ class CompositeLoader:
         self._step = 0  # batches yielded in this epoch
         self._resume_step = 0  # where the next iteration starts (set by load_state_dict)
         self._schedules: dict[int, np.ndarray] = {}
-        self.stats = {n: {"batches": 0, "examples": 0, "tokens": 0} for n in self.names}
+        self._tallies = [[0, 0, 0] for _ in self.names]  # per task: batches, examples, tokens
+
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per task, cumulative over the run (and saved for resume): batches it supplied,
+        examples in them and their non-pad tokens (see `count_batch`). A fresh dict each call."""
+        return {
+            name: {"batches": b, "examples": e, "tokens": k}
+            for name, (b, e, k) in zip(self.names, self._tallies, strict=True)
+        }
+
+    @stats.setter
+    def stats(self, stats: Mapping[str, Mapping[str, int]]) -> None:
+        self._tallies = [
+            [int(stats[n]["batches"]), int(stats[n]["examples"]), int(stats[n]["tokens"])]
+            for n in self.names
+        ]
 
     # -- the schedule: subclasses define what a row is ------------------------------------------
 
@@ -201,6 +232,11 @@ class CompositeLoader:
 
     def _tasks_at(self, row: Any) -> list[int]:
         return [int(row)]
+
+    def _step_tasks(self, rows: np.ndarray) -> list[Any]:
+        """Per step of `rows`: its task index (one task per step), or with `_combine` overridden
+        the list of its task indices."""
+        return rows.tolist()
 
     def _combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> Any:
         """The batch yielded for one step from the tasks' batches; default: the single batch."""
@@ -272,17 +308,35 @@ class CompositeLoader:
         for stream, cursor in zip(self._streams, cursors, strict=True):
             stream.place(cursor)
         self._step = start
-        for step in range(start, len(schedule)):
-            batches = [(t, self._streams[t].next_batch()) for t in self._tasks_at(schedule[step])]
-            batch = self._combine(epoch, step, batches)
-            for t, task_batch in batches:
-                examples, tokens = count_batch(task_batch)
-                counters = self.stats[self.names[t]]
-                counters["batches"] += 1
-                counters["examples"] += examples
-                counters["tokens"] += tokens
-            self._step = step + 1
-            yield batch
+        # The hot loop: plain ints and lists, no per-step numpy scalars or dict updates.
+        next_batch = [stream.next_batch for stream in self._streams]
+        tallies = self._tallies
+        step = start
+        if type(self)._combine is CompositeLoader._combine:  # one task's batch per step
+            for t in self._step_tasks(schedule[start:]):
+                batch = next_batch[t]()
+                examples, tokens = count_batch(batch)
+                tally = tallies[t]
+                tally[0] += 1
+                tally[1] += examples
+                tally[2] += tokens
+                step += 1
+                self._step = step
+                yield batch
+        else:
+            combine = self._combine
+            for tasks in self._step_tasks(schedule[start:]):
+                batches = [(t, next_batch[t]()) for t in tasks]
+                batch = combine(epoch, step, batches)
+                for t, task_batch in batches:
+                    examples, tokens = count_batch(task_batch)
+                    tally = tallies[t]
+                    tally[0] += 1
+                    tally[1] += examples
+                    tally[2] += tokens
+                step += 1
+                self._step = step
+                yield batch
         self._carry = [stream.cursor for stream in self._streams]
         self._epoch, self._step = epoch + 1, 0
 
@@ -301,7 +355,7 @@ class CompositeLoader:
                 name: {"batches_per_pass": int(size), "pass": int(p), "position": int(pos)}
                 for name, size, (p, pos) in zip(self.names, self.sizes, self._carry, strict=True)
             },
-            "stats": copy.deepcopy(self.stats),
+            "stats": self.stats,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -327,4 +381,4 @@ class CompositeLoader:
             raise MtlError(f"loader state: step {step} is outside epoch {epoch}")
         self._epoch, self._step, self._resume_step = epoch, step, step
         self._carry = [(int(t["pass"]), int(t["position"])) for t in tasks.values()]
-        self.stats = copy.deepcopy({n: dict(state["stats"][n]) for n in self.names})
+        self.stats = state["stats"]

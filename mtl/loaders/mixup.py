@@ -29,7 +29,8 @@ class MixupLoader(CompositeLoader):
          "token_type_ids": Long[N, L] (only if some task has it; 0 where a task has none),
          "task_ids": Long[N] (index into "tasks"), "tasks": [all task names, given order],
          "labels": {task: its rows' labels, in the order those rows appear in the batch},
-         "example_ids": Long[N] (only if every task batch has it)}
+         "example_ids": Long[N] (only if every task batch has it),
+         "num_tokens": int (the sum of the task batches' `num_tokens`, if every one has it)}
 
     N is the sum of the active tasks' batch sizes. Other keys of the task batches are dropped.
 
@@ -64,6 +65,7 @@ class MixupLoader(CompositeLoader):
         if not isinstance(pad_token_id, (int, np.integer)) or isinstance(pad_token_id, bool):
             raise MtlError(f"pad_token_id: got {pad_token_id!r}; use an integer token id")
         self.pad_token_id = int(pad_token_id)
+        self._layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list]] = {}
 
     def _options(self) -> dict[str, Any]:
         return {**super()._options(), "pad_token_id": self.pad_token_id}
@@ -84,6 +86,13 @@ class MixupLoader(CompositeLoader):
     def _tasks_at(self, row: np.ndarray) -> list[int]:
         return np.flatnonzero(row).tolist()
 
+    def _step_tasks(self, rows: np.ndarray) -> list[list[int]]:
+        if len(rows) == 0:
+            return []
+        kinds, which = np.unique(rows, axis=0, return_inverse=True)  # few distinct rows
+        tasks = [np.flatnonzero(kind).tolist() for kind in kinds]
+        return [tasks[k] for k in which.reshape(-1).tolist()]
+
     def target_shares(self) -> dict[str, float]:
         rows = self._counts(self.schedule(self.epoch)).astype(float)
         for t, stream in enumerate(self._streams):
@@ -94,45 +103,103 @@ class MixupLoader(CompositeLoader):
 
     def _combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> dict[str, Any]:
         for t, batch in batches:
-            if not isinstance(batch, Mapping) or not {"input_ids", "labels"} <= batch.keys():
+            if not (type(batch) is dict or isinstance(batch, Mapping)) or not (
+                "input_ids" in batch and "labels" in batch
+            ):
                 raise MtlError(
                     f"task {self.names[t]!r}: mixup needs dict batches with 'input_ids', "
                     "'attention_mask' and 'labels'"
                 )
-        length = max(batch["input_ids"].shape[1] for _, batch in batches)
-        n_rows = sum(batch["input_ids"].shape[0] for _, batch in batches)
-        perm = torch.from_numpy(np.random.default_rng([self.seed, epoch, step]).permutation(n_rows))
+        ids = [batch["input_ids"] for _, batch in batches]
+        sizes = tuple(x.shape[0] for x in ids)
+        length = max(x.shape[1] for x in ids)
+        source, offsets, spans = self._layout(sizes)
+        n_rows = len(source)
+        # Row j of the output is concatenated row perm[j]; the routing is done in numpy.
+        perm = np.random.default_rng([self.seed, epoch, step]).permutation(n_rows)
+        task_of_row = source[perm]  # position in `batches` of each output row
+        # Output rows grouped by task, in output order: their concatenated rows minus offsets.
+        local = perm[task_of_row.argsort(kind="stable")] - offsets
 
         def merged(key: str, pad: int) -> torch.Tensor:
-            parts = []
-            for _, batch in batches:
-                x = batch.get(key)
-                if x is None:
-                    x = torch.zeros_like(batch["input_ids"])
-                parts.append(_pad_to(x, length, pad))
-            return torch.cat(parts)[perm]
+            parts = [batch.get(key) for _, batch in batches]
+            return _merge_rows(parts, spans, n_rows, length, pad, perm)
 
-        task_ids = torch.cat(
-            [torch.full((b["input_ids"].shape[0],), t, dtype=torch.long) for t, b in batches]
-        )
         out: dict[str, Any] = {
             "input_ids": merged("input_ids", self.pad_token_id),
             "attention_mask": merged("attention_mask", 0),
         }
         if any("token_type_ids" in batch for _, batch in batches):
             out["token_type_ids"] = merged("token_type_ids", 0)
-        out["task_ids"] = task_ids[perm]
+        task_numbers = np.array([t for t, _ in batches])
+        out["task_ids"] = torch.from_numpy(task_numbers[task_of_row])
         out["tasks"] = list(self.names)
-        # Row j of the output is concatenated row perm[j]; a task's rows, in output order, are
-        # perm[task_ids_out == t] minus the task's offset in the concatenation.
         out["labels"] = {}
-        offset = 0
-        for t, batch in batches:
+        for (t, batch), (a, b) in zip(batches, spans, strict=True):
             labels = batch["labels"]
             if labels.ndim == 2:
                 labels = _pad_to(labels, length, -100)
-            out["labels"][self.names[t]] = labels[perm[out["task_ids"] == t] - offset]
-            offset += batch["input_ids"].shape[0]
+            out["labels"][self.names[t]] = _take(labels, local[a:b])
         if all("example_ids" in batch for _, batch in batches):
-            out["example_ids"] = torch.cat([batch["example_ids"] for _, batch in batches])[perm]
+            example_ids = torch.cat([batch["example_ids"] for _, batch in batches])
+            out["example_ids"] = _take(example_ids, perm)
+        if all("num_tokens" in batch for _, batch in batches):
+            out["num_tokens"] = sum(batch["num_tokens"] for _, batch in batches)
         return out
+
+    def _layout(self, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, list]:
+        """For batches of these sizes concatenated: each row's batch, its batch's first row, and
+        the (start, end) rows of every batch. Cached: a run sees few distinct size tuples."""
+        layout = self._layouts.get(sizes)
+        if layout is None:
+            ends = np.cumsum(sizes)
+            starts = ends - sizes
+            layout = (
+                np.repeat(np.arange(len(sizes)), sizes),
+                np.repeat(starts, sizes),
+                list(zip(starts.tolist(), ends.tolist(), strict=True)),
+            )
+            if len(self._layouts) >= 64:
+                self._layouts.clear()
+            self._layouts[sizes] = layout
+        return layout
+
+
+def _take(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """x[rows]; on CPU through numpy, whose gather is a few times cheaper for small tensors."""
+    try:
+        return torch.from_numpy(x.numpy()[rows])
+    except (TypeError, RuntimeError):  # not on the CPU, or needs grad
+        return x[torch.from_numpy(rows).to(x.device)]
+
+
+def _merge_rows(
+    parts: list[torch.Tensor | None],
+    spans: list[tuple[int, int]],
+    n_rows: int,
+    length: int,
+    pad: int,
+    perm: np.ndarray,
+) -> torch.Tensor:
+    """Concatenate 2-D parts (rows spans[i] of the result), right-padded to `length` with `pad`
+    (0 for a missing part), then reorder the rows by `perm`: one preallocated array, one gather.
+    CPU tensors are written through numpy views (no per-part torch ops)."""
+    present = [p for p in parts if p is not None]
+    try:
+        arrays = [None if p is None else p.numpy() for p in parts]
+    except (TypeError, RuntimeError):  # not on the CPU, or needs grad: the same in torch
+        padded = [
+            torch.zeros(b - a, length, dtype=present[0].dtype, device=present[0].device)
+            if part is None
+            else _pad_to(part, length, pad)
+            for part, (a, b) in zip(parts, spans, strict=True)
+        ]
+        return torch.cat(padded)[torch.from_numpy(perm).to(present[0].device)]
+    first = next(x for x in arrays if x is not None)
+    out = np.full((n_rows, length), pad, dtype=first.dtype)
+    for x, (a, b) in zip(arrays, spans, strict=True):
+        if x is None:
+            out[a:b] = 0
+        else:
+            out[a:b, : x.shape[1]] = x
+    return torch.from_numpy(out[perm])

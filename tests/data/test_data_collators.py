@@ -95,6 +95,9 @@ def test_packed_rows_and_dicts_give_the_same_batch(lengths, multiple):
     )
     for key in ("input_ids", "attention_mask", "labels", "example_ids"):
         assert torch.equal(from_dicts[key], from_packed[key])
+    for batch in (from_dicts, from_packed):  # the plain-int token count the loaders read
+        assert type(batch["num_tokens"]) is int
+        assert batch["num_tokens"] == int(batch["attention_mask"].sum()) == sum(lengths)
     for row, n in enumerate(lengths):
         assert from_dicts["input_ids"][row, :n].tolist() == rows[row]["input_ids"]
         assert from_dicts["labels"][row, n:].eq(-100).all()

@@ -1,6 +1,9 @@
 """build_loader, dry_run and the checks and counters every composite loader shares."""
 
+from types import MappingProxyType
+
 import pytest
+import torch
 
 from mtl.errors import MtlError
 from mtl.loaders import (
@@ -12,6 +15,7 @@ from mtl.loaders import (
     build_loader,
     dry_run,
 )
+from mtl.loaders.base import count_batch
 
 
 @pytest.mark.parametrize(
@@ -103,3 +107,27 @@ def test_target_shares_add_up_to_one(make_tasks, name):
     shares = build_loader(name, make_tasks({"a": 6, "b": 2, "c": 3})).target_shares()
     assert list(shares) == ["a", "b", "c"]
     assert sum(shares.values()) == pytest.approx(1.0)
+
+
+def test_token_count_prefers_the_collators_num_tokens():
+    ids = torch.ones(2, 4, dtype=torch.long)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    assert count_batch({"input_ids": ids, "attention_mask": mask, "num_tokens": 7}) == (2, 7)
+    assert count_batch({"input_ids": ids, "attention_mask": mask}) == (2, 5)  # foreign loader
+    assert count_batch({"input_ids": ids}) == (2, 8)
+    assert count_batch(MappingProxyType({"input_ids": ids, "attention_mask": mask})) == (2, 5)
+    assert count_batch([ids]) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["round_robin", "mixup"])
+def test_stats_read_num_tokens_when_the_batches_have_it(make_tasks, name):
+    tasks = make_tasks({"a": 5, "b": 2}, 2)
+    for loader in tasks.values():
+        collate = loader.collate_fn
+        loader.collate_fn = lambda rows, collate=collate: {**collate(rows), "num_tokens": 100}
+    loader = LOADERS[name](tasks, **({"exhaust": "each_once"} if name == "mixup" else {}))
+    batches = list(loader)
+    assert loader.stats["a"] == {"batches": 3, "examples": 5, "tokens": 300}
+    assert loader.stats["b"] == {"batches": 1, "examples": 2, "tokens": 100}
+    if name == "mixup":  # the merged batch sums its task batches' counts
+        assert [b["num_tokens"] for b in batches] == [200, 100, 100]

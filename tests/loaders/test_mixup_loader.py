@@ -1,5 +1,6 @@
 """MixupLoader: one batch of every task per step, padded, concatenated and row-shuffled."""
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -129,3 +130,16 @@ def test_steps_per_epoch_and_target_shares(make_tasks):
     assert loader.target_shares() == pytest.approx({"a": 0.5, "b": 0.5})
     uneven = MixupLoader({**make_tasks({"a": 12}, 3), **make_tasks({"b": 4}, 1)})
     assert uneven.target_shares() == pytest.approx({"a": 0.75, "b": 0.25})
+
+
+def test_merge_falls_back_to_torch_for_tensors_numpy_cannot_view():
+    from mtl.loaders.mixup import _merge_rows, _take
+
+    parts = [torch.rand(2, 3), None, torch.rand(3, 1)]
+    spans, perm = [(0, 2), (2, 4), (4, 7)], np.array([6, 0, 3, 1, 5, 2, 4])
+    fast = _merge_rows(parts, spans, 7, 4, -1, perm)
+    grads = [None if p is None else p.clone().requires_grad_() for p in parts]
+    slow = _merge_rows(grads, spans, 7, 4, -1, perm)  # .numpy() refuses: the torch path
+    assert torch.equal(fast, slow.detach())
+    assert fast[1].tolist() == [*parts[0][0].tolist(), -1.0] and fast[2].eq(0).all()
+    assert torch.equal(_take(grads[2], np.array([2, 0])).detach(), parts[2][[2, 0]])

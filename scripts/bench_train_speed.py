@@ -1,0 +1,229 @@
+"""Training speed of the real loop: examples/s with `sampler=random` vs `sampler=block_shuffle`.
+
+Each run composes the real Hydra config (as `train.py` would; see tests/conftest.py) with
+`logger=none trainer.progress_bar=false task=[<tasks>] trainer.epochs=<epochs> sampler=<s>`, the
+default model (MiniLM) unless `--quick` (`model=tiny`, few examples), and calls `mtl.train.run`
+in-process on the CPU with `torch.set_num_threads(2)`. Same data, seed and number of epochs for
+both samplers, so both take the same number of steps (one task: ceil(examples / 32) per epoch).
+Runs are interleaved A B A B ... (`--repeats` pairs) so a busy machine slows both alike.
+
+Timed: the training loop only, i.e. from the start to the end of each epoch's iteration over the
+loader (data loading, forward, backward, optimizer, logging), by wrapping `mtl.train.guarded`;
+setup (tokenizing, model load), evaluation and checkpointing are left out. If that hook is
+missing, the whole `run()` is timed instead and the table says so. examples/s = training
+examples drawn / seconds. Dev metric: the task's main metric after the last epoch (the value
+`run()` returns). Peer: the random sampler (plain shuffled batches) in the same loop.
+Goal: block_shuffle >= 2.5x the examples/s of random, dev metric within 1 point.
+
+    python scripts/bench_train_speed.py [--tasks pydoc_topic] [--epochs 1] [--repeats 2]
+        [--max-examples N] [--plot docs/train_speed.png] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLERS = ("random", "block_shuffle")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return hydra_compose("config", overrides=overrides)
+
+
+class LoopTimer:
+    """Wraps `mtl.train.guarded`: seconds and examples of every epoch's pass over the loader."""
+
+    def __init__(self) -> None:
+        import mtl.train
+
+        self.module = mtl.train
+        self.original = getattr(mtl.train, "guarded", None)
+        self.seconds = 0.0
+        self.examples = 0
+
+    @property
+    def available(self) -> bool:
+        return self.original is not None
+
+    def __enter__(self) -> LoopTimer:
+        if self.available:
+            original = self.original
+
+            def timed(loader, *args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    for batch in original(loader, *args, **kwargs):
+                        ids = batch["input_ids"]
+                        self.examples += int(ids.shape[0])
+                        yield batch
+                finally:
+                    self.seconds += time.perf_counter() - start
+
+            self.module.guarded = timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.available:
+            self.module.guarded = self.original
+
+
+def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
+    from mtl.train import run
+
+    overrides = [
+        "logger=none",
+        "trainer.progress_bar=false",
+        f"task=[{','.join(args.tasks)}]",
+        f"trainer.epochs={args.epochs}",
+        "trainer.log_every=1000000",  # one logged window per run: no logging inside the timing
+        f"sampler={sampler}",
+        f"output_dir={out_dir}",
+        "trainer.cpu=true",
+    ]
+    if args.max_examples:
+        overrides.append(f"data.max_examples={args.max_examples}")
+    if args.quick:
+        overrides.append("model=tiny")
+    cfg = compose(overrides)
+    start = time.perf_counter()
+    with LoopTimer() as timer, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+        final = run(cfg)
+    total = time.perf_counter() - start
+    seconds = timer.seconds if timer.available else total
+    examples = timer.examples
+    if not timer.available:  # fall back to the logged counts
+        examples = 0
+    metrics = {}
+    for task in args.tasks:
+        keys = sorted(k for k in final if k.startswith(f"eval/{task}/"))
+        main = next((k for k in keys if k.rsplit("/", 1)[1] in ("accuracy", "f1", "pearson")), None)
+        metrics[task] = final[main] if main else float("nan")
+    return {
+        "sampler": sampler,
+        "timed": "loop" if timer.available else "run",
+        "seconds": seconds,
+        "run_seconds": total,
+        "examples": examples,
+        "examples_per_s": examples / seconds if seconds and examples else float("nan"),
+        "dev": metrics,
+    }
+
+
+def plot(runs: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for sampler, color in zip(SAMPLERS, ("tab:gray", "tab:blue"), strict=True):
+        xs = [i + 1 for i, r in enumerate(runs) if r["sampler"] == sampler]
+        ys = [r["examples_per_s"] for r in runs if r["sampler"] == sampler]
+        ax.bar(xs, ys, color=color, label=sampler)
+    ax.set_xlabel("run (interleaved A/B)")
+    ax.set_ylabel("training examples / s")
+    ax.set_title("Training loop speed, random vs block_shuffle sampler")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=["pydoc_topic"])
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2, help="A/B pairs (default 2)")
+    parser.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--plot", default=None, help="write a PNG of examples/s per run")
+    parser.add_argument("--quick", action="store_true", help="tiny model, 64 examples, 1 pair")
+    args = parser.parse_args()
+    if args.quick:
+        args.max_examples, args.repeats = args.max_examples or 64, 1
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    runs = []
+    workdir = Path(tempfile.mkdtemp(prefix="bench_train_speed_"))
+    try:
+        for repeat in range(args.repeats):
+            for sampler in SAMPLERS:
+                out_dir = workdir / f"{repeat}_{sampler}"
+                runs.append(one_run(sampler, args, out_dir) | {"repeat": repeat})
+                print(f"run {len(runs)}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
+                shutil.rmtree(out_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    tasks = args.tasks
+    print(
+        f"tasks {tasks}, {args.epochs} epoch(s), model {'tiny' if args.quick else 'minilm'}, "
+        f"CPU, {args.threads} torch threads, timed: {runs[0]['timed']}"
+    )
+    header = f"{'run':>4} {'sampler':14}{'examples':>9}{'seconds':>9}{'ex/s':>9}{'run s':>8}"
+    print(header + "".join(f"{'dev ' + t:>22}" for t in tasks))
+    for i, r in enumerate(runs):
+        dev = "".join(f"{r['dev'][t]:22.4f}" for t in tasks)
+        print(
+            f"{i + 1:4d} {r['sampler']:14}{r['examples']:9d}{r['seconds']:9.1f}"
+            f"{r['examples_per_s']:9.2f}{r['run_seconds']:8.1f}{dev}"
+        )
+    speed = {s: [r["examples_per_s"] for r in runs if r["sampler"] == s] for s in SAMPLERS}
+    pair_ratios = [b / a for a, b in zip(speed["random"], speed["block_shuffle"], strict=True)]
+    ratio = statistics.median(pair_ratios)
+    dev = {
+        s: {t: statistics.median(r["dev"][t] for r in runs if r["sampler"] == s) for t in tasks}
+        for s in SAMPLERS
+    }
+    dev_points = {t: 100 * (dev["block_shuffle"][t] - dev["random"][t]) for t in tasks}
+    print(
+        f"block_shuffle / random examples/s: median {ratio:.2f}x over {len(pair_ratios)} pairs "
+        f"(goal >= 2.5); dev block_shuffle - random (points): "
+        + ", ".join(f"{t} {v:+.1f}" for t, v in dev_points.items())
+        + " (goal within 1)"
+    )
+    if args.plot:
+        plot(runs, args.plot)
+        print(f"plot: {args.plot}")
+    print(
+        json.dumps(
+            {
+                "bench": "train_speed",
+                "tasks": tasks,
+                "epochs": args.epochs,
+                "timed": runs[0]["timed"],
+                "examples_per_s": {s: [round(v, 3) for v in speed[s]] for s in SAMPLERS},
+                "ratio_block_shuffle_vs_random": round(ratio, 3),
+                "pair_ratios": [round(v, 3) for v in pair_ratios],
+                "dev": dev,
+                "dev_diff_points": {t: round(v, 2) for t, v in dev_points.items()},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
