@@ -114,7 +114,8 @@ def window_figures(accelerator, names, loss_sums, shares, loader, steps) -> dict
     Each rank's per-task loss sums are gathered, so a NaN/inf loss is reported with its task and
     rank, on every rank at the same step."""
     world = accelerator.num_processes
-    per_rank = accelerator.gather(loss_sums.reshape(1, -1)).reshape(world, len(names), 2).cpu()
+    gathered = accelerator.gather(loss_sums.reshape(1, -1))
+    per_rank = gathered.reshape(world, len(names), 2).cpu().clone()  # gather may return its input
     loss_sums.zero_()
     bad = [
         f"task {names[i]!r} on rank {r}"

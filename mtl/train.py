@@ -139,11 +139,15 @@ def run(cfg: DictConfig) -> dict[str, float]:
     }
     metrics = build_metrics(tasks)
 
+    evaluated_at = -1
+
     def run_eval() -> dict[str, float]:
+        nonlocal evaluated_at
         figures = evaluate(
             model, tasks, dev_sets, collators, metrics, accelerator, t.eval_batch_size
         )
         logger.log(figures, step=state.step)
+        evaluated_at = state.step
         return figures
 
     progress = None
@@ -220,7 +224,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         else:
             state.epoch += 1
             final = run_eval()
-    if not final or (t.eval_every and state.step % t.eval_every):
+    if evaluated_at != state.step:  # stopped by max_steps, or resumed at the very end
         final = run_eval()
     save_checkpoint(accelerator, run_dir, state.step)
     if progress is not None:

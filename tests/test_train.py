@@ -32,8 +32,12 @@ def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
     rows = read_metrics(tmp_path / "run")
     steps = [r["step"] for r in rows if "loss" in r]
     assert steps == [1, 2, 3, 4]
+    assert [r["step"] for r in rows if any(k.startswith("eval/") for k in r)] == [4]
     for row in rows:
         if "loss" in row:
+            task_losses = [row[f"loss/{t}"] for t in TASKS if f"loss/{t}" in row]
+            assert task_losses and all(loss > 0 for loss in task_losses)
+            assert row["loss"] > 0
             shares = [row[f"share/{t}"] for t in TASKS]
             assert sum(shares) == pytest.approx(1.0)
             assert 0 < row["padding_efficiency"] <= 1
