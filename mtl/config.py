@@ -8,6 +8,7 @@ sampler options are checked by the classes they build, when they are built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -193,3 +194,38 @@ def validate(cfg: DictConfig) -> Settings:
             f"use {sorted(settings.tasks)}"
         )
     return settings
+
+
+GROUPS = ("task", "loader", "sampler", "model", "trainer", "logger", "experiment", "debug")
+
+
+def check_group_choices(args: list[str], conf_dir: Path) -> None:
+    """Before Hydra: an unknown config option (`task=[nope]`, `loader=mix`) as one line listing
+    the choices. Overrides that add config folders (`hydra.searchpath`) are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    if any("searchpath" in a for a in overrides):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra reports malformed overrides itself
+        return
+    for override in parsed:
+        group = override.key_or_group.lstrip("+~")
+        if group not in GROUPS or override.is_delete():
+            continue
+        try:
+            values = (
+                override.sweep_iterator() if override.is_sweep_override() else [override.value()]
+            )
+            names = [n for v in values for n in (v if isinstance(v, list) else [v])]
+        except Exception:  # glob(...) and the like: Hydra expands and checks them
+            continue
+        known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        unknown = [str(n) for n in names if str(n) not in known and n is not None]
+        if unknown:
+            raise MtlError(
+                f"unknown {group} {', '.join(map(repr, unknown))}; choose from "
+                f"{', '.join(known)} (conf/{group}/), or add conf/{group}/<name>.yaml"
+            )

@@ -105,6 +105,8 @@ def train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         ("sampler.sort_bs_num=0", "sort_bs_num"),
         ("task.synthetic_cls.type=ranking", "task.synthetic_cls.type"),
         ("task=[synthetic_cls,synthetic_cls]", "given twice"),
+        ("task=[synthetic_cls,nope]", "unknown task 'nope'; choose from"),
+        ("loader=mix", "unknown loader 'mix'; choose from mixup"),
     ],
 )
 def test_bad_config_gives_one_clear_line(tmp_path, override, expected):
