@@ -93,7 +93,7 @@ def plot(results: dict[str, dict[str, dict[str, float]]], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print('--plot skipped: matplotlib not installed (pip install -e ".[bench]")')
+        print('--plot skipped: matplotlib not installed (pip install -e ".[dev]")')
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, by_n in results.items():
