@@ -47,6 +47,19 @@ def records(path: str | Path) -> list[bytes]:
     return out
 
 
+def record_types(path: str | Path) -> dict[str, int]:
+    """How many records of each type the file holds (for diagnosing a run file)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    counts: dict[str, int] = {}
+    for payload in records(path):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        kind = record.WhichOneof("record_type") or "?"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 def read_history(path: str | Path) -> list[dict]:
     """One dict per logged step: `{"_step": s, key: value, ...}` (values decoded from JSON)."""
     from wandb.proto import wandb_internal_pb2 as pb

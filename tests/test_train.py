@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtl.train import run
-from mtl.wandb_file import read_history
+from mtl.wandb_file import read_history, record_types
 
 ROOT = Path(__file__).resolve().parents[1]
 LOADERS = ["sequential", "round_robin", "random", "mixup"]
@@ -78,7 +78,7 @@ def test_wandb_offline_run_has_shares_that_sum_to_one(make_cfg, tmp_path):
     files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     history = [row for row in read_history(files[0]) if "loss" in row]
-    assert len(history) == 4
+    assert len(history) == 4, record_types(files[0])
     for row in history:
         shares = [row[f"share/{t}"] for t in TASKS]
         assert all(s > 0 for s in shares)
