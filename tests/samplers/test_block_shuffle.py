@@ -1,11 +1,12 @@
 """Contract of BlockShuffleBatchSampler."""
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampler_contract import check_deterministic_and_resumable, check_sharding
 
 from mtl.errors import MtlError
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
@@ -42,32 +43,13 @@ def test_len_coverage_sizes_and_sharding(lengths, options, num_replicas):
     short = [batch for batch in plain if len(batch) != batch_size]
     assert len(short) <= (0 if drop_last else 1)
 
-    ranks = [
-        BlockShuffleBatchSampler(lengths, **options, num_replicas=num_replicas, rank=rank)
-        for rank in range(num_replicas)
-    ]
-    yielded = [list(s) for s in ranks]
-    assert [len(b) for b in yielded] == [len(s) for s in ranks] == [len(ranks[0])] * num_replicas
-    # Sharding only adds the padding batches, repeated from the start of the plain list.
-    n_padding = -len(plain) % num_replicas
-    padded = plain + [plain[i % len(plain)] for i in range(n_padding)] if plain else []
-    assert Counter(tuple(b) for r in yielded for b in r) == Counter(tuple(b) for b in padded)
+    check_sharding(BlockShuffleBatchSampler, lengths, options, num_replicas, plain)
 
 
 @settings(max_examples=50, deadline=None)
 @given(lengths=lengths_st, options=options_st, data=st.data())
 def test_deterministic_and_set_start_resumes(lengths, options, data):
-    s = BlockShuffleBatchSampler(lengths, **options, num_replicas=2, rank=1)
-    s.set_epoch(2)
-    full = list(s)
-    assert full == [b.tolist() for b in s.epoch_batches(2)]
-    twin = BlockShuffleBatchSampler(lengths, **options, num_replicas=2, rank=1)
-    twin.set_epoch(2)
-    assert list(twin) == full
-    k = data.draw(st.integers(0, len(s)))
-    s.set_start(k)
-    assert list(s) == full[k:]
-    assert list(s) == full
+    check_deterministic_and_resumable(BlockShuffleBatchSampler, lengths, options, data, st.integers)
 
 
 @pytest.mark.parametrize("seed", range(5))

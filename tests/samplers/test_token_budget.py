@@ -1,6 +1,5 @@
 """Contract of TokenBudgetBatchSampler."""
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +8,7 @@ from hydra.utils import instantiate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
+from sampler_contract import check_deterministic_and_resumable, check_sharding
 
 from mtl.errors import MtlError
 from mtl.samplers import TokenBudgetBatchSampler
@@ -49,31 +49,13 @@ def test_every_example_once_within_budget_and_len_exact(lengths, options, epoch)
 @given(lengths=lengths_st, options=options_st, num_replicas=st.integers(1, 3))
 def test_sharding_gives_equal_lengths_and_only_pads(lengths, options, num_replicas):
     plain = list(TokenBudgetBatchSampler(lengths, **options))
-    ranks = [
-        TokenBudgetBatchSampler(lengths, **options, num_replicas=num_replicas, rank=rank)
-        for rank in range(num_replicas)
-    ]
-    yielded = [list(s) for s in ranks]
-    assert [len(b) for b in yielded] == [len(s) for s in ranks] == [len(ranks[0])] * num_replicas
-    n_padding = -len(plain) % num_replicas
-    padded = plain + [plain[i % len(plain)] for i in range(n_padding)] if plain else []
-    assert Counter(tuple(b) for r in yielded for b in r) == Counter(tuple(b) for b in padded)
+    check_sharding(TokenBudgetBatchSampler, lengths, options, num_replicas, plain)
 
 
 @settings(max_examples=40, deadline=None)
 @given(lengths=lengths_st, options=options_st, data=st.data())
 def test_deterministic_and_set_start_resumes(lengths, options, data):
-    s = TokenBudgetBatchSampler(lengths, **options, num_replicas=2, rank=1)
-    s.set_epoch(2)
-    full = list(s)
-    assert full == [b.tolist() for b in s.epoch_batches(2)]
-    twin = TokenBudgetBatchSampler(lengths, **options, num_replicas=2, rank=1)
-    twin.set_epoch(2)
-    assert list(twin) == full
-    k = data.draw(st.integers(0, len(s)))
-    s.set_start(k)
-    assert list(s) == full[k:]
-    assert list(s) == full
+    check_deterministic_and_resumable(TokenBudgetBatchSampler, lengths, options, data, st.integers)
 
 
 @pytest.mark.parametrize("sort_bs_num", [None, 1, 10])
