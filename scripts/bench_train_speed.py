@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLERS = ("random", "block_shuffle")
+SAMPLERS = ("random", "block_shuffle")  # baseline, candidate (--samplers changes them)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
@@ -88,6 +88,8 @@ class LoopTimer:
 
 
 def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
+    """`sampler` is a config name, optionally with its options: `token_budget:max_tokens=1632`."""
+    name, _, options = sampler.partition(":")
     from mtl.train import run
 
     overrides = [
@@ -96,7 +98,8 @@ def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
         f"task=[{','.join(args.tasks)}]",
         f"trainer.epochs={args.epochs}",
         "trainer.log_every=1000000",  # one logged window per run: no logging inside the timing
-        f"sampler={sampler}",
+        f"sampler={name}",
+        *(f"sampler.{o}" for o in options.split(",") if o),
         f"output_dir={out_dir}",
         "trainer.cpu=true",
     ]
@@ -129,20 +132,20 @@ def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
     }
 
 
-def plot(runs: list[dict], path: str) -> None:
+def plot(runs: list[dict], path: str, samplers: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for sampler, color in zip(SAMPLERS, ("tab:gray", "tab:blue"), strict=True):
+    for sampler, color in zip(samplers, ("tab:gray", "tab:blue"), strict=True):
         xs = [i + 1 for i, r in enumerate(runs) if r["sampler"] == sampler]
         ys = [r["examples_per_s"] for r in runs if r["sampler"] == sampler]
         ax.bar(xs, ys, color=color, label=sampler)
     ax.set_xlabel("run (interleaved A/B)")
     ax.set_ylabel("training examples / s")
-    ax.set_title("Training loop speed, random vs block_shuffle sampler")
+    ax.set_title(f"Training loop speed, {samplers[0]} vs {samplers[1]} sampler")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -157,6 +160,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--plot", default=None, help="write a PNG of examples/s per run")
     parser.add_argument("--quick", action="store_true", help="tiny model, 64 examples, 1 pair")
+    parser.add_argument(
+        "--samplers",
+        nargs=2,
+        default=list(SAMPLERS),
+        metavar=("BASELINE", "CANDIDATE"),
+        help="two sampler configs, options after a colon: token_budget:max_tokens=1632",
+    )
     args = parser.parse_args()
     if args.quick:
         args.max_examples, args.repeats = args.max_examples or 64, 1
@@ -170,8 +180,8 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench_train_speed_"))
     try:
         for repeat in range(args.repeats):
-            for sampler in SAMPLERS:
-                out_dir = workdir / f"{repeat}_{sampler}"
+            for i, sampler in enumerate(args.samplers):
+                out_dir = workdir / f"{repeat}_{i}"
                 runs.append(one_run(sampler, args, out_dir) | {"repeat": repeat})
                 print(f"run {len(runs)}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
                 shutil.rmtree(out_dir, ignore_errors=True)
@@ -183,30 +193,32 @@ def main() -> None:
         f"tasks {tasks}, {args.epochs} epoch(s), model {'tiny' if args.quick else 'minilm'}, "
         f"CPU, {args.threads} torch threads, timed: {runs[0]['timed']}"
     )
-    header = f"{'run':>4} {'sampler':14}{'examples':>9}{'seconds':>9}{'ex/s':>9}{'run s':>8}"
+    width = max(14, *(len(s) + 1 for s in args.samplers))
+    header = f"{'run':>4} {'sampler':{width}}{'examples':>9}{'seconds':>9}{'ex/s':>9}{'run s':>8}"
     print(header + "".join(f"{'dev ' + t:>22}" for t in tasks))
     for i, r in enumerate(runs):
         dev = "".join(f"{r['dev'][t]:22.4f}" for t in tasks)
         print(
-            f"{i + 1:4d} {r['sampler']:14}{r['examples']:9d}{r['seconds']:9.1f}"
+            f"{i + 1:4d} {r['sampler']:{width}}{r['examples']:9d}{r['seconds']:9.1f}"
             f"{r['examples_per_s']:9.2f}{r['run_seconds']:8.1f}{dev}"
         )
-    speed = {s: [r["examples_per_s"] for r in runs if r["sampler"] == s] for s in SAMPLERS}
-    pair_ratios = [b / a for a, b in zip(speed["random"], speed["block_shuffle"], strict=True)]
+    base, cand = args.samplers
+    speed = {s: [r["examples_per_s"] for r in runs if r["sampler"] == s] for s in args.samplers}
+    pair_ratios = [b / a for a, b in zip(speed[base], speed[cand], strict=True)]
     ratio = statistics.median(pair_ratios)
     dev = {
         s: {t: statistics.median(r["dev"][t] for r in runs if r["sampler"] == s) for t in tasks}
-        for s in SAMPLERS
+        for s in args.samplers
     }
-    dev_points = {t: 100 * (dev["block_shuffle"][t] - dev["random"][t]) for t in tasks}
+    dev_points = {t: 100 * (dev[cand][t] - dev[base][t]) for t in tasks}
     print(
-        f"block_shuffle / random examples/s: median {ratio:.2f}x over {len(pair_ratios)} pairs "
-        f"(goal >= 2.5); dev block_shuffle - random (points): "
+        f"{cand} / {base} examples/s: median {ratio:.2f}x over {len(pair_ratios)} pairs "
+        f"(goal >= 2.5 for block_shuffle / random); dev {cand} - {base} (points): "
         + ", ".join(f"{t} {v:+.1f}" for t, v in dev_points.items())
         + " (goal within 1)"
     )
     if args.plot:
-        plot(runs, args.plot)
+        plot(runs, args.plot, args.samplers)
         print(f"plot: {args.plot}")
     print(
         json.dumps(
@@ -215,8 +227,8 @@ def main() -> None:
                 "tasks": tasks,
                 "epochs": args.epochs,
                 "timed": runs[0]["timed"],
-                "examples_per_s": {s: [round(v, 3) for v in speed[s]] for s in SAMPLERS},
-                "ratio_block_shuffle_vs_random": round(ratio, 3),
+                "examples_per_s": {s: [round(v, 3) for v in speed[s]] for s in args.samplers},
+                f"ratio_{cand}_vs_{base}": round(ratio, 3),
                 "pair_ratios": [round(v, 3) for v in pair_ratios],
                 "dev": dev,
                 "dev_diff_points": {t: round(v, 2) for t, v in dev_points.items()},

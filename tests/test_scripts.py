@@ -59,3 +59,11 @@ def test_train_speed_runs_both_samplers_and_writes_its_plot(tmp_path):
     assert all(v > 0 for runs in figures["examples_per_s"].values() for v in runs)
     assert set(figures["dev"]["random"]) == {"pydoc_topic"}
     assert png.is_file()
+
+
+def test_train_speed_compares_any_two_samplers_with_options():
+    figures = run_quick(
+        "bench_train_speed.py", "--samplers", "block_shuffle", "token_budget:max_tokens=400"
+    )
+    assert set(figures["examples_per_s"]) == {"block_shuffle", "token_budget:max_tokens=400"}
+    assert "ratio_token_budget:max_tokens=400_vs_block_shuffle" in figures
