@@ -72,10 +72,9 @@ class ShareMeter:
     (since the start of the run) and `share_target/<task>` (what the loader schedules).
     """
 
-    def __init__(self, tasks: list[str], unit: str):
+    def __init__(self, tasks: list[str]):
 
         self.tasks = tasks
-        self.unit = unit  # "batches" or "rows"
         self.window = torch.zeros(len(tasks) + 2, dtype=torch.float64)  # tasks, tokens, padded
         self.total = torch.zeros(len(tasks), dtype=torch.float64)
 

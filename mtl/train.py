@@ -118,7 +118,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
 
     names = list(tasks)
-    shares = ShareMeter(names, "rows" if "task_ids" in loader_batch_keys(loader) else "batches")
+    shares = ShareMeter(names)
     state = TrainState(shares)
     accelerator.register_for_checkpointing(loader, state)
     if t.resume:
@@ -268,10 +268,6 @@ def param_groups(model, lr: float, head_lr: float, weight_decay: float) -> list[
             }
         groups[key]["params"].append(param)
     return list(groups.values())
-
-
-def loader_batch_keys(loader) -> set[str]:
-    return {"task_ids"} if type(loader).__name__ == "MixupLoader" else {"task"}
 
 
 def task_counts(batch: dict) -> dict[str, int]:
