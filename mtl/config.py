@@ -175,7 +175,7 @@ def validate(cfg: DictConfig) -> Settings:
         check_task_overrides(list(HydraConfig.get().overrides.task))
     tasks_node = cfg.get("task") or {}
     if not tasks_node:
-        raise MtlError("no task selected: pick some with task=[name,...] (see conf/task/)")
+        raise MtlError("no task selected: pick some with task=[name,...] (see mtl/conf/task/)")
     settings = Settings(
         trainer=_typed(TrainerConfig, cfg.trainer, "trainer"),
         model=_typed(ModelConfig, cfg.model, "model"),
@@ -199,7 +199,10 @@ def validate(cfg: DictConfig) -> Settings:
 GROUPS = ("task", "loader", "sampler", "model", "trainer", "logger", "experiment", "debug")
 
 
-def check_group_choices(args: list[str], conf_dir: Path) -> None:
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def check_group_choices(args: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Before Hydra: an unknown config option (`task=[nope]`, `loader=mix`) as one line listing
     the choices. Overrides that add config folders (`hydra.searchpath`) are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

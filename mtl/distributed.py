@@ -79,6 +79,30 @@ def start_launch(timeout_s: float = 600.0) -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
+    """The run's `Accelerator` from the trainer settings (`mtl.config.TrainerConfig`)."""
+    from accelerate import Accelerator, DistributedDataParallelKwargs
+    from accelerate.utils import InitProcessGroupKwargs
+
+    export_slurm_env()
+    accelerator = Accelerator(
+        cpu=trainer.cpu,
+        mixed_precision=trainer.mixed_precision,
+        # Gradient accumulation is done in the loop (it knows where an epoch ends), and the
+        # schedule counts optimizer steps: step it once per optimizer step, not once per process.
+        step_scheduler_with_optimizer=False,
+        log_with="wandb" if log_with_wandb else None,
+        project_dir=str(run_dir),
+        kwargs_handlers=[
+            # Single-task batches leave the other heads without gradients.
+            DistributedDataParallelKwargs(find_unused_parameters=True),
+            InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s)),
+        ],
+    )
+    set_timeout(trainer.dist_timeout_s)  # also when train.py started the process group
+    return accelerator
+
+
 def export_slurm_env() -> None:
     """Inside a SLURM job step of several tasks started by hydra-submitit-launcher (no torchrun),
     turn SLURM's task variables into torch's (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT)

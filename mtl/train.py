@@ -24,7 +24,6 @@ import logging
 import math
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -33,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl.checkpoint import TrainState, resolve_checkpoint, save_checkpoint
 from mtl.config import validate
 from mtl.data import make_collator, task_dataset
-from mtl.distributed import Tracer, check_same_run, env_rank, export_slurm_env, set_timeout
+from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
 from mtl.errors import MtlError
 from mtl.evaluate import evaluate
 from mtl.logging import (
@@ -66,8 +65,7 @@ def main(cfg: DictConfig) -> dict[str, float]:
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    from accelerate import Accelerator, DistributedDataParallelKwargs
-    from accelerate.utils import InitProcessGroupKwargs, set_seed
+    from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
     from transformers.utils import logging as hf_logging
 
@@ -76,22 +74,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     settings = validate(cfg)
     t = settings.trainer
     run_dir = Path(cfg.output_dir)
-    export_slurm_env()
-    accelerator = Accelerator(
-        cpu=t.cpu,
-        mixed_precision=t.mixed_precision,
-        # Gradient accumulation is done in the loop (it knows where an epoch ends), and the
-        # schedule counts optimizer steps: step it once per optimizer step, not once per process.
-        step_scheduler_with_optimizer=False,
-        log_with="wandb" if settings.logger.backend == "wandb" else None,
-        project_dir=str(run_dir),
-        kwargs_handlers=[
-            # Single-task batches leave the other heads without gradients.
-            DistributedDataParallelKwargs(find_unused_parameters=True),
-            InitProcessGroupKwargs(timeout=timedelta(seconds=t.dist_timeout_s)),
-        ],
-    )
-    set_timeout(t.dist_timeout_s)  # also when train.py started the process group
+    accelerator = make_accelerator(t, run_dir, log_with_wandb=settings.logger.backend == "wandb")
     set_seed(cfg.seed, device_specific=True)
 
     tasks, tokenizer = build_tasks(settings, cfg.seed)

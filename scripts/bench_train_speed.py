@@ -46,7 +46,7 @@ def compose(overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
         return hydra_compose("config", overrides=overrides)
 
 

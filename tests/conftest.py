@@ -21,7 +21,7 @@ def make_cfg(tmp_path):
 
     def make(*overrides: str, output_dir: Path | None = None):
         GlobalHydra.instance().clear()
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
             return compose(
                 "config",
                 overrides=[

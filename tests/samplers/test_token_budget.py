@@ -14,7 +14,7 @@ from mtl.errors import MtlError
 from mtl.samplers import TokenBudgetBatchSampler
 from mtl.samplers.token_budget import greedy_cut, split_largest
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "mtl" / "conf"
 lengths_st = st.lists(st.integers(0, 300), min_size=1, max_size=200)
 options_st = st.fixed_dictionaries(
     {
