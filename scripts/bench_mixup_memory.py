@@ -84,7 +84,7 @@ def child(variant: str, n_small: int, epochs: int) -> None:
         else:
             pairs = zip(loaders["big"], itertools.cycle(loaders["small"]))
             for step, (a, b) in enumerate(pairs):
-                mixup._combine(epoch, step, [(0, a), (1, b)])
+                mixup.combine(epoch, step, [(0, a), (1, b)])
         rows.append(
             {
                 "epoch": epoch,

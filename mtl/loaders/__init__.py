@@ -1,13 +1,19 @@
 """Composite loaders: mix the batches of several task loaders into one stream of steps.
 
-`build_loader(name, loaders, **options)` builds one by name (the `loader=` config choice):
-sequential, round_robin, random, mixup. See each class for its exact epoch contract.
+`build_loader(name, loaders, **options)` builds one by its config name (`loader=<name>`):
+sequential, round_robin, random, mixup, or any name under `mtl/conf/loader/`, whose `_target_`
+names the class. See each class for its exact epoch contract, and `docs/extending.md` to write
+your own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from importlib.resources import files
 from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
@@ -17,19 +23,20 @@ from mtl.loaders.random import RandomLoader
 from mtl.loaders.round_robin import RoundRobinLoader
 from mtl.loaders.sequential import SequentialLoader
 
-LOADERS: dict[str, type[CompositeLoader]] = {
-    "sequential": SequentialLoader,
-    "round_robin": RoundRobinLoader,
-    "random": RandomLoader,
-    "mixup": MixupLoader,
-}
+
+def loader_names() -> list[str]:
+    """The loader options shipped with mtl (the files of `mtl/conf/loader/`)."""
+    folder = files("mtl.conf") / "loader"
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def loader_class(name: str) -> type[CompositeLoader]:
-    """The composite loader class called `name`, or MtlError listing the valid names."""
-    if name not in LOADERS:
-        raise MtlError(f"loader: unknown name {name!r}; use one of {', '.join(LOADERS)}")
-    return LOADERS[name]
+    """The class `loader=<name>` selects: the `_target_` of `mtl/conf/loader/<name>.yaml`."""
+    names = loader_names()
+    if name not in names:
+        raise MtlError(f"loader: unknown name {name!r}; use one of {', '.join(names)}")
+    node = OmegaConf.load(str(files("mtl.conf") / "loader" / f"{name}.yaml"))
+    return get_class(node._target_)
 
 
 def build_loader(name: str, loaders: Mapping[str, Iterable], **options: Any) -> Iterable:
@@ -44,7 +51,6 @@ def build_loader(name: str, loaders: Mapping[str, Iterable], **options: Any) -> 
 
 
 __all__ = [
-    "LOADERS",
     "CompositeLoader",
     "MixupLoader",
     "RandomLoader",
@@ -53,4 +59,5 @@ __all__ = [
     "build_loader",
     "dry_run",
     "loader_class",
+    "loader_names",
 ]

@@ -127,8 +127,11 @@ def count_batch(batch: Any) -> tuple[int, int]:
 class CompositeLoader:
     """Base class: one batch per step from a fixed, seeded schedule over several task loaders.
 
-    Subclasses set `exhaust_choices` (the first is the default) and implement
-    `_build_schedule(epoch)`; the mixup loader also overrides the schedule helpers and `_combine`.
+    A subclass implements `build_schedule(epoch)`: a 1-D array of task indices (one task per
+    step), or a 2-D bool array [step, task] (several tasks per step, merged by `combine`, which
+    such a subclass implements). It may set `exhaust_choices` (the first is the default) and
+    extend `options()`. Everything else comes from here: exact `len()`, `state_dict`/resume,
+    per-task passes with a fresh shuffle each, per-task `stats` and `target_shares()`.
 
     - `loaders`: task name -> loader with `len()` (batches per pass) > 0, in a fixed order.
     - `seed`: seeds every random choice, together with the epoch (never the global RNG).
@@ -220,29 +223,19 @@ class CompositeLoader:
             for n in self.names
         ]
 
-    # -- the schedule: subclasses define what a row is ------------------------------------------
+    # -- what a subclass implements ---------------------------------------------------------------
 
-    def _build_schedule(self, epoch: int) -> np.ndarray:
-        """Task index per step of `epoch` (mixup: a bool row of active tasks per step)."""
+    def build_schedule(self, epoch: int) -> np.ndarray:
+        """The tasks of every step of `epoch`: task indices (1-D), or a bool [step, task] array
+        for steps that take several tasks. A pure function of the seed (`self.rng(epoch)`),
+        the epoch, `self.sizes` (batches per pass of each task) and the options."""
         raise NotImplementedError
 
-    def _counts(self, rows: np.ndarray) -> np.ndarray:
-        """Batches each task supplies over these schedule rows."""
-        return np.bincount(rows, minlength=len(self.names))
+    def combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> Any:
+        """For 2-D schedules: the batch of one step from its (task index, batch) pairs."""
+        raise NotImplementedError(f"{type(self).__name__} has a 2-D schedule: define combine()")
 
-    def _tasks_at(self, row: Any) -> list[int]:
-        return [int(row)]
-
-    def _step_tasks(self, rows: np.ndarray) -> list[Any]:
-        """Per step of `rows`: its task index (one task per step), or with `_combine` overridden
-        the list of its task indices."""
-        return rows.tolist()
-
-    def _combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> Any:
-        """The batch yielded for one step from the tasks' batches; default: the single batch."""
-        return batches[0][1]
-
-    def _options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, Any]:
         """Everything the schedule depends on besides the task sizes (checked on resume)."""
         return {
             "loader": type(self).__name__,
@@ -250,6 +243,28 @@ class CompositeLoader:
             "exhaust": self.exhaust,
             "steps_per_epoch": self.steps_per_epoch,
         }
+
+    # -- derived from the schedule ----------------------------------------------------------------
+
+    def task_counts(self, rows: np.ndarray) -> np.ndarray:
+        """Batches each task supplies over these schedule rows."""
+        if rows.ndim == 2:
+            return rows.sum(axis=0)
+        return np.bincount(rows, minlength=len(self.names))
+
+    def tasks_at(self, epoch: int, step: int) -> list[str]:
+        """The task(s) step `step` of `epoch` reads."""
+        row = self.schedule(epoch)[step]
+        return [self.names[t] for t in (np.flatnonzero(row) if np.ndim(row) else [row])]
+
+    def epoch_length(self, epoch: int) -> int:
+        """Steps of `epoch` (`len()` of that epoch)."""
+        return len(self.schedule(epoch))
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epoch, batches yielded in it) of the current or next iteration."""
+        return self._epoch, self._step
 
     def rng(self, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, epoch])
@@ -259,7 +274,7 @@ class CompositeLoader:
         if epoch not in self._schedules:
             if len(self._schedules) >= 2:
                 self._schedules.pop(next(iter(self._schedules)))
-            self._schedules[epoch] = self._build_schedule(epoch)
+            self._schedules[epoch] = self.build_schedule(epoch)
         return self._schedules[epoch]
 
     # -- public API -------------------------------------------------------------------------------
@@ -284,7 +299,7 @@ class CompositeLoader:
 
     def target_shares(self) -> dict[str, float]:
         """Share of this epoch's batches each task is scheduled to supply."""
-        counts = self._counts(self.schedule(self._epoch)).astype(float)
+        counts = self.task_counts(self.schedule(self._epoch)).astype(float)
         return {n: float(c / counts.sum()) for n, c in zip(self.names, counts, strict=True)}
 
     def _start_cursors(self, carry: list[Cursor]) -> list[Cursor]:
@@ -294,7 +309,7 @@ class CompositeLoader:
         return [(p, int(s)) for (p, _), s in zip(carry, self.sizes, strict=True)]
 
     def _cursors_at(self, epoch_carry: list[Cursor], rows: np.ndarray) -> list[Cursor]:
-        counts = self._counts(rows)
+        counts = self.task_counts(rows)
         starts = self._start_cursors(epoch_carry)
         return [
             advance(c, int(k), int(s)) for c, k, s in zip(starts, counts, self.sizes, strict=True)
@@ -312,8 +327,8 @@ class CompositeLoader:
         next_batch = [stream.next_batch for stream in self._streams]
         tallies = self._tallies
         step = start
-        if type(self)._combine is CompositeLoader._combine:  # one task's batch per step
-            for t in self._step_tasks(schedule[start:]):
+        if schedule.ndim == 1:  # one task's batch per step
+            for t in schedule[start:].tolist():
                 batch = next_batch[t]()
                 examples, tokens = count_batch(batch)
                 tally = tallies[t]
@@ -324,8 +339,8 @@ class CompositeLoader:
                 self._step = step
                 yield batch
         else:
-            combine = self._combine
-            for tasks in self._step_tasks(schedule[start:]):
+            combine = self.combine
+            for tasks in _step_tasks(schedule[start:]):
                 batches = [(t, next_batch[t]()) for t in tasks]
                 batch = combine(epoch, step, batches)
                 for t, task_batch in batches:
@@ -348,7 +363,7 @@ class CompositeLoader:
         nothing and completes that epoch, so a loop counting epochs by completed iterations stays
         in step; the iteration after it is the next epoch."""
         return {
-            "options": self._options(),
+            "options": self.options(),
             "epoch": self._epoch,
             "step": self._step,
             "tasks": {
@@ -360,10 +375,10 @@ class CompositeLoader:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from `state`: the next iteration yields the rest of the saved epoch."""
-        if dict(state["options"]) != self._options():
+        if dict(state["options"]) != self.options():
             raise MtlError(
                 f"loader state: saved with options {dict(state['options'])} but this loader has "
-                f"{self._options()}; build it the same way or drop the loader state"
+                f"{self.options()}; build it the same way or drop the loader state"
             )
         tasks = state["tasks"]
         if list(tasks) != self.names:
@@ -382,3 +397,12 @@ class CompositeLoader:
         self._epoch, self._step, self._resume_step = epoch, step, step
         self._carry = [(int(t["pass"]), int(t["position"])) for t in tasks.values()]
         self.stats = state["stats"]
+
+
+def _step_tasks(rows: np.ndarray) -> list[list[int]]:
+    """Per step of a 2-D schedule: its task indices (computed once per distinct row)."""
+    if len(rows) == 0:
+        return []
+    kinds, which = np.unique(rows, axis=0, return_inverse=True)  # few distinct rows
+    tasks = [np.flatnonzero(kind).tolist() for kind in kinds]
+    return [tasks[k] for k in which.reshape(-1).tolist()]

@@ -21,7 +21,7 @@ def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any)
             raise MtlError(f"task {task!r}: size {n!r}; give its number of batches as an int")
     loader = loader_class(name)({task: range(n) for task, n in sizes.items()}, **options)
     loader.set_epoch(epoch)
-    counts = loader._counts(loader.schedule(epoch))
+    counts = loader.task_counts(loader.schedule(epoch))
     total = int(counts.sum())
     policy = (
         f"steps_per_epoch={loader.steps_per_epoch}"

@@ -67,10 +67,10 @@ class MixupLoader(CompositeLoader):
         self.pad_token_id = int(pad_token_id)
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list]] = {}
 
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "pad_token_id": self.pad_token_id}
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "pad_token_id": self.pad_token_id}
 
-    def _build_schedule(self, epoch: int) -> np.ndarray:
+    def build_schedule(self, epoch: int) -> np.ndarray:
         """Bool [step, task]: which tasks give a batch at each step."""
         if self.steps_per_epoch is not None:
             steps = self.steps_per_epoch
@@ -80,28 +80,15 @@ class MixupLoader(CompositeLoader):
             return np.arange(steps)[:, None] < self.sizes[None, :]
         return np.ones((steps, len(self.names)), dtype=bool)
 
-    def _counts(self, rows: np.ndarray) -> np.ndarray:
-        return rows.sum(axis=0)
-
-    def _tasks_at(self, row: np.ndarray) -> list[int]:
-        return np.flatnonzero(row).tolist()
-
-    def _step_tasks(self, rows: np.ndarray) -> list[list[int]]:
-        if len(rows) == 0:
-            return []
-        kinds, which = np.unique(rows, axis=0, return_inverse=True)  # few distinct rows
-        tasks = [np.flatnonzero(kind).tolist() for kind in kinds]
-        return [tasks[k] for k in which.reshape(-1).tolist()]
-
     def target_shares(self) -> dict[str, float]:
-        rows = self._counts(self.schedule(self.epoch)).astype(float)
+        rows = self.task_counts(self.schedule(self.epoch)).astype(float)
         for t, stream in enumerate(self._streams):
             dataset = getattr(stream.loader, "dataset", None)
             if hasattr(dataset, "__len__"):
                 rows[t] *= len(dataset) / stream.size
         return {n: float(r / rows.sum()) for n, r in zip(self.names, rows, strict=True)}
 
-    def _combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> dict[str, Any]:
+    def combine(self, epoch: int, step: int, batches: list[tuple[int, Any]]) -> dict[str, Any]:
         for t, batch in batches:
             if not (type(batch) is dict or isinstance(batch, Mapping)) or not (
                 "input_ids" in batch and "labels" in batch

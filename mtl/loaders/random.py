@@ -109,15 +109,15 @@ class RandomLoader(CompositeLoader):
             return capped ** (1.0 / self.temperature)
         return np.array([self.weighting[n] for n in self.names])
 
-    def _options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, Any]:
         return {
-            **super()._options(),
+            **super().options(),
             "weighting": self.weighting,
             "temperature": self.temperature,
             "size_cap": self.size_cap,
         }
 
-    def _build_schedule(self, epoch: int) -> np.ndarray:
+    def build_schedule(self, epoch: int) -> np.ndarray:
         rng = self.rng(epoch)
         p = self.weights / self.weights.sum()
         if self.steps_per_epoch is not None:

@@ -24,7 +24,7 @@ class RoundRobinLoader(CompositeLoader):
       task `(e*N + i) mod T`), tasks restart a pass whenever they run out. `len() = N`.
     """
 
-    def _build_schedule(self, epoch: int) -> np.ndarray:
+    def build_schedule(self, epoch: int) -> np.ndarray:
         n_tasks = len(self.names)
         if self.steps_per_epoch is not None:
             start = epoch * self.steps_per_epoch

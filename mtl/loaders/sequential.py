@@ -40,8 +40,8 @@ class SequentialLoader(CompositeLoader):
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
         self.shuffle_tasks = bool(shuffle_tasks)
 
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "shuffle_tasks": self.shuffle_tasks}
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "shuffle_tasks": self.shuffle_tasks}
 
     def _round(self, r: int) -> np.ndarray:
         order = np.arange(len(self.names))
@@ -49,7 +49,7 @@ class SequentialLoader(CompositeLoader):
             order = self.rng(r).permutation(order)
         return np.repeat(order, self.sizes[order])
 
-    def _build_schedule(self, epoch: int) -> np.ndarray:
+    def build_schedule(self, epoch: int) -> np.ndarray:
         if self.steps_per_epoch is None:
             return self._round(epoch)
         total = int(self.sizes.sum())
