@@ -16,9 +16,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mtl.errors import MtlError
 
-TASK_TYPES = ("sequence_classification", "token_classification", "regression")
-
-
 @dataclass
 class TrainerConfig:
     epochs: int = 3
@@ -111,9 +108,14 @@ class TaskConfig:
     label_column: str = "label"
     label_names: list[str] | None = None
     dev_fraction: float = 0.1
+    text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
+    metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
+    head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
 
     def check(self, name: str) -> None:
-        _one_of(f"task.{name}.type", self.type, TASK_TYPES)
+        from mtl.task_types import task_type_class
+
+        task_type_class(self.type, name)
         _at_least(f"task.{name}.batch_size", self.batch_size, 1)
         _at_least(f"task.{name}.max_length", self.max_length, 2)
         if not 0 < self.dev_fraction < 1:

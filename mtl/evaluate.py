@@ -1,7 +1,8 @@
-"""Dev-set evaluation: each process scores its own shard, then the metric sums are all-reduced.
+"""Evaluation: every process predicts its share of a split, the predictions are gathered and
+each task's type scores them with its metrics.
 
-Dev examples are sorted by length before batching (order does not matter for metrics, padding
-does), and split between processes without padding, so every example counts exactly once.
+Rows are sorted by length before batching (order does not matter for metrics, padding does)
+and split between processes without padding, so every row counts exactly once.
 """
 
 from __future__ import annotations
@@ -9,38 +10,60 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mtl.data import task_dataset
+
 
 def eval_batches(lengths, batch_size: int, rank: int = 0, world: int = 1) -> list[list[int]]:
-    """This process's dev batches: its strided share of the examples, longest first."""
+    """This process's batches of row indices: its strided share of the rows, longest first."""
     order = np.argsort(-np.asarray(lengths), kind="stable")[rank::world]
     return [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
 
 
+def to_device(batch: dict, device) -> dict:
+    def move(value):
+        if torch.is_tensor(value):
+            return value.to(device, non_blocking=True)
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        return value
+
+    return {k: move(v) for k, v in batch.items()}
+
+
 @torch.no_grad()
+def predict_split(model, task, accelerator, batch_size: int, split: str = "dev") -> list:
+    """The prediction for every row of `split` of `task`, in row order (on every process)."""
+    net = accelerator.unwrap_model(model)
+    dataset, collate = task_dataset(task, split), task.collator()
+    rows = []
+    lengths = task.splits[split]["length"]
+    for indices in eval_batches(
+        lengths, batch_size, accelerator.process_index, accelerator.num_processes
+    ):
+        batch = to_device(collate(dataset.__getitems__(indices)), accelerator.device)
+        with accelerator.autocast():
+            logits = net.logits(batch)[task.name]
+        rows.extend(zip(indices, task.task_type.predict(logits, batch), strict=True))
+    if accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        rows = gather_object(rows)
+    rows.sort(key=lambda row: row[0])
+    return [prediction for _, prediction in rows]
+
+
 def evaluate(
-    model, tasks: dict, datasets: dict, collators: dict, metrics: dict, accelerator, batch_size: int
+    model, tasks: dict, accelerator, batch_size: int, split: str = "dev", prefix: str = "eval"
 ) -> dict[str, float]:
-    """`{"eval/<task>/<figure>": value}` over the whole dev split of every task."""
+    """`{"<prefix>/<task>/<metric>": value}` over the whole `split` of every task."""
     net = accelerator.unwrap_model(model)
     was_training = net.training
     net.eval()
     results: dict[str, float] = {}
     for name, task in tasks.items():
-        metric = metrics[name]
-        stats = torch.zeros(metric.size, dtype=torch.float64)
-        batches = eval_batches(
-            task.dev["length"], batch_size, accelerator.process_index, accelerator.num_processes
-        )
-        for indices in batches:
-            batch = collators[name](datasets[name].__getitems__(indices))
-            batch = {
-                k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()
-            }
-            with accelerator.autocast():
-                out = net(batch)
-            stats += metric.update(out["logits"][name].float().cpu(), batch["labels"].cpu())
-        stats = accelerator.reduce(stats.to(accelerator.device), reduction="sum").cpu()
-        for key, value in metric.compute(stats).items():
-            results[f"eval/{name}/{key}"] = value
+        predictions = predict_split(model, task, accelerator, batch_size, split)
+        scores = task.task_type.score(predictions, task.splits[split], task.label_names)
+        for metric, value in scores.items():
+            results[f"{prefix}/{name}/{metric}"] = value
     net.train(was_training)
     return results

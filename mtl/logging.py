@@ -171,9 +171,11 @@ def hydra_choices() -> dict:
         return {}
 
 
-def print_summary(final: dict[str, float], tasks: dict, metrics: dict) -> None:
-    print("\ntask                  type                      metric      dev")
+def print_summary(final: dict[str, float], tasks: dict) -> None:
+    """Each task's main dev metric, one line per task."""
+    width = max(len("task"), *(len(name) for name in tasks))
+    print(f"\n{'task':<{width}}  {'type':<24}  {'metric':<11}  dev")
     for name, task in tasks.items():
-        key = metrics[name].main
+        key = task.task_type.main_metric
         value = final.get(f"eval/{name}/{key}", float("nan"))
-        print(f"{name:<21} {task.type:<25} {key:<11} {value:.4f}")
+        print(f"{name:<{width}}  {task.type:<24}  {key:<11}  {value:.4f}")

@@ -1,63 +1,51 @@
 """Where config nodes become objects: tasks, per-task loaders, the composite loader, the model.
 
-`TASK_TYPES` maps a task type to its head and dev metric; a new task type is one entry here
-(plus its collator in `mtl.data`). Loader and sampler classes come from the config's
-`_target_`, so the folder listings `conf/loader/` and `conf/sampler/` are their registry.
+Every pluggable part is named in its config: samplers, composite loaders and heads by
+`_target_`, task types by `type:` (a built-in name or an import path, `mtl.task_types`),
+metrics by name or import path. Nothing here lists the choices.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+import sys
+from dataclasses import replace
 
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from mtl.config import Settings
-from mtl.data import Task, build_task, load_tokenizer, make_collator, task_dataset
+from mtl.data import Task, build_task_from_config, load_tokenizer, task_loader
+from mtl.distributed import env_rank
 from mtl.errors import MtlError
-from mtl.metrics import Accuracy, Pearson, TokenF1
-from mtl.models import (
-    MultiTaskModel,
-    RegressionHead,
-    SequenceClassificationHead,
-    TokenClassificationHead,
-    load_encoder,
-)
-
-
-@dataclass(frozen=True)
-class TaskType:
-    head: type
-    metric: type
-
-
-TASK_TYPES = {
-    "sequence_classification": TaskType(SequenceClassificationHead, Accuracy),
-    "token_classification": TaskType(TokenClassificationHead, TokenF1),
-    "regression": TaskType(RegressionHead, Pearson),
-}
+from mtl.models import MultiTaskModel, encoder_config, load_encoder
 
 
 def build_tasks(settings: Settings, seed: int) -> tuple[dict[str, Task], object]:
-    """Tokenized train/dev datasets of every chosen task, and the tokenizer."""
-    tokenizer = load_tokenizer(settings.model.tokenizer or settings.model.name_or_path)
+    """Tokenized splits of every chosen task, and the tokenizer.
+
+    A task `max_length` above what the encoder can take (its position embeddings, or the
+    tokenizer's `model_max_length`) is lowered to that limit with a one-line warning."""
+    m = settings.model
+    tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
+    limit = encoder_config(m.name_or_path, dict(m.config)).max_position_embeddings
+    if 0 < tokenizer.model_max_length < limit:
+        limit = tokenizer.model_max_length
     tasks = {}
-    for name, t in settings.tasks.items():
-        tasks[name] = build_task(
-            name,
-            type=t.type,
-            source=dict(t.source),
-            tokenizer=tokenizer,
-            text_column=t.text_column,
-            label_column=t.label_column,
-            max_length=t.max_length,
-            label_names=t.label_names,
-            dev_fraction=t.dev_fraction,
-            seed=seed,
-            max_examples=settings.data.max_examples,
+    for name, config in settings.tasks.items():
+        if config.max_length > limit:
+            if env_rank() == 0:
+                print(
+                    f"mtl: warning: task {name!r}: max_length {config.max_length} is more than "
+                    f"the encoder takes ({limit} tokens); using {limit}",
+                    file=sys.stderr,
+                )
+            config = replace(config, max_length=limit)
+        tasks[name] = build_task_from_config(
+            name, config, tokenizer, seed=seed, max_examples=settings.data.max_examples
         )
     return tasks, tokenizer
 
@@ -66,7 +54,6 @@ def build_train_loaders(
     tasks: dict[str, Task],
     settings: Settings,
     sampler_cfg: DictConfig,
-    tokenizer,
     *,
     seed: int,
     num_replicas: int = 1,
@@ -74,35 +61,32 @@ def build_train_loaders(
 ) -> dict[str, DataLoader]:
     """One DataLoader per task over its train split, batched by the configured sampler.
 
-    Each task's sampler gets its own seed (seed + task position), so equally sized tasks are
+    The sampler is built as `sampler(lengths, batch_size, seed=, num_replicas=, rank=)`. Each
+    task's sampler gets its own seed (seed + 1000 * task position), so equally sized tasks are
     not shuffled alike; every rank builds the same global order and takes its own shard.
     """
     make_sampler = build(sampler_cfg, "sampler")
     data = settings.data
     loaders = {}
     for i, (name, task) in enumerate(tasks.items()):
-        sampler = make_sampler(
+        task_seed = seed + 1000 * i
+        sampler = build_call(
+            make_sampler,
+            "sampler",
             task.train["length"],
             settings.tasks[name].batch_size,
-            seed=seed + 1000 * i,
+            seed=task_seed,
             num_replicas=num_replicas,
             rank=rank,
         )
-        loaders[name] = DataLoader(
-            task_dataset(task, "train"),
-            batch_sampler=sampler,
-            collate_fn=make_collator(
-                task.type,
-                name,
-                pad_token_id=tokenizer.pad_token_id,
-                pad_to_multiple_of=data.pad_to_multiple_of,
-            ),
+        loaders[name] = task_loader(
+            task,
+            sampler,
+            pad_to_multiple_of=data.pad_to_multiple_of,
             num_workers=data.num_workers,
             pin_memory=data.pin_memory,
-            persistent_workers=data.persistent_workers and data.num_workers > 0,
-            # Its own generator: starting an iterator then leaves the global RNG (dropout) alone,
-            # so a resumed run draws the same dropout masks as an uninterrupted one.
-            generator=torch.Generator().manual_seed(seed + 1000 * i),
+            persistent_workers=data.persistent_workers,
+            generator=torch.Generator().manual_seed(task_seed),
         )
     return loaders
 
@@ -111,9 +95,14 @@ def build_composite_loader(
     loader_cfg: DictConfig, loaders: dict[str, DataLoader], *, seed: int, pad_token_id: int
 ):
     """The configured mixing strategy over the per-task loaders (always a composite loader,
-    also for one task, so that its state and counters work the same way)."""
+    also for one task, so that its state and counters work the same way). The class gets the
+    loaders and `seed`, and `pad_token_id` when its constructor has that parameter."""
     options = {"seed": seed}
-    if loader_cfg._target_.endswith("MixupLoader"):
+    try:
+        parameters = inspect.signature(get_class(loader_cfg._target_)).parameters
+    except Exception as err:
+        raise MtlError(f"loader: cannot import {loader_cfg._target_!r} ({err})") from None
+    if "pad_token_id" in parameters:
         options["pad_token_id"] = pad_token_id
     return build(loader_cfg, "loader", loaders, **options)
 
@@ -123,26 +112,31 @@ def build(node: DictConfig, group: str, *args, **kwargs):
     try:
         return instantiate(node, *args, **kwargs)
     except InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, MtlError):
-            raise MtlError(f"{group}: {cause}") from None
-        detail = str(cause or err).splitlines()[0]
-        raise MtlError(f"{group}: {detail}; see conf/{group}/ for the options") from None
+        raise _one_line(err.__cause__ or err, group) from None
+
+
+def build_call(factory, group: str, *args, **kwargs):
+    """Call a partial from `build` (a sampler factory), with the same one-line errors."""
+    try:
+        return factory(*args, **kwargs)
+    except (MtlError, TypeError, ValueError) as err:
+        raise _one_line(err, group) from None
+
+
+def _one_line(cause: BaseException, group: str) -> MtlError:
+    if isinstance(cause, MtlError):
+        return MtlError(f"{group}: {cause}")
+    detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    return MtlError(f"{group}: {detail}; see mtl/conf/{group}/ for the options")
 
 
 def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
+    """The encoder and each task's head (from its task type, or its config's `head`)."""
     m = settings.model
     encoder = load_encoder(m.name_or_path, random_init=m.random_init, config=dict(m.config))
     hidden = encoder.config.hidden_size
     heads = {
-        name: TASK_TYPES[task.type].head(hidden, task.num_labels, dropout=m.head_dropout)
+        name: task.task_type.make_head(hidden, task.num_labels, m.head_dropout)
         for name, task in tasks.items()
     }
     return MultiTaskModel(encoder, heads, loss_weights=m.loss_weights)
-
-
-def build_metrics(tasks: dict[str, Task]) -> dict:
-    return {
-        name: TASK_TYPES[task.type].metric(task.num_labels, task.label_names)
-        for name, task in tasks.items()
-    }

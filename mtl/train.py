@@ -1,19 +1,26 @@
 """The training loop, top to bottom: build, train with accelerate, evaluate, checkpoint, log.
 
-`main(cfg)` is what `train.py` calls with the composed Hydra config. One epoch is one pass of
-the composite loader (its `exhaust` policy says what that is). Evaluation runs after each epoch
-(and every `trainer.eval_every` steps); a checkpoint is saved every `trainer.checkpoint_every`
-steps and at the end, and `trainer.resume=<folder>` continues exactly where it stopped.
+`main(cfg)` is what `mtl-train` / `train.py` call with the composed Hydra config. `run()` builds
+everything (`build_run`), then runs epochs (`train_epoch`), each batch a micro-step
+(`micro_step`), every `grad_accum` of them an optimizer step (`optimizer_step`), after which
+`after_step` logs a window (`log_window`), evaluates (`evaluate_now`) and checkpoints.
+
+One epoch is one pass of the composite loader (its `exhaust` policy says what that is). The run
+lasts `trainer.epochs` epochs, or `trainer.max_steps` optimizer steps if that comes first; the
+LR schedule's horizon is that exact number of optimizer steps, summed over the epochs' own
+lengths (`planned_steps`: the loader's schedules are pure functions of seed and epoch, so the
+lengths are known up front). Evaluation runs after each epoch (and every `trainer.eval_every`
+steps); a checkpoint is saved every `trainer.checkpoint_every` steps and at the end, and
+`trainer.resume=<folder>` continues exactly where it stopped.
 
 Several processes (DDP through accelerate): every rank takes the same task(s) at every step (the
 loader's schedule is seeded, not drawn from the global RNG) from its own shard of each task, so
 the heads used in a step are the same on all ranks and their gradients are all-reduced together.
 Ranks that would disagree are refused at start (`mtl.distributed.check_same_run`). Losses are
-summed on the device and read once per logged window: a NaN/inf loss is found there (every
-`trainer.log_every` steps, all ranks at once through one all-gather) and ends the run on every
-rank with an error naming the task and rank. A failing batch ends its rank with an error naming
-the task; the launcher then stops the others, and any collective that waits longer than
-`trainer.dist_timeout_s` fails rather than hangs.
+summed on the device and read once per logged window: a NaN/inf loss is found there (all ranks at
+once, through one all-gather) and ends the run on every rank with an error naming the task and
+rank. A failing batch ends its rank with an error naming the task; the launcher then stops the
+others, and any collective that waits longer than `trainer.dist_timeout_s` fails, not hangs.
 """
 
 from __future__ import annotations
@@ -24,17 +31,19 @@ import logging
 import math
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl.checkpoint import TrainState, resolve_checkpoint, save_checkpoint
-from mtl.config import validate
-from mtl.data import make_collator, task_dataset
+from mtl.config import Settings, validate
+from mtl.data import task_dataset
 from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
 from mtl.errors import MtlError
-from mtl.evaluate import evaluate
+from mtl.evaluate import evaluate, to_device
 from mtl.logging import (
     RunLogger,
     ShareMeter,
@@ -44,13 +53,7 @@ from mtl.logging import (
     run_name,
     window_figures,
 )
-from mtl.registry import (
-    build_composite_loader,
-    build_metrics,
-    build_model,
-    build_tasks,
-    build_train_loaders,
-)
+from mtl.registry import build_composite_loader, build_model, build_tasks, build_train_loaders
 
 
 def main(cfg: DictConfig) -> dict[str, float]:
@@ -64,25 +67,70 @@ def main(cfg: DictConfig) -> dict[str, float]:
         sys.exit(2)
 
 
+@dataclass
+class Run:
+    """What `build_run` makes; the loop's functions read it and update `state`/`window`."""
+
+    cfg: DictConfig
+    settings: Settings
+    run_dir: Path
+    accelerator: Any
+    tasks: dict
+    loader: Any
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    logger: RunLogger
+    state: TrainState
+    total_steps: int
+    window: Window
+    tracer: Tracer | None = None
+    progress: Any = None
+    last_eval: dict[str, float] = field(default_factory=dict)
+    evaluated_at: int = -1
+
+
+@dataclass
+class Window:
+    """The logged window in progress: per-task loss sums and counts (on the device, read once
+    per window), its first step and start time."""
+
+    loss_sums: torch.Tensor
+    first_step: int
+    started: float = field(default_factory=time.perf_counter)
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
-    from accelerate.utils import set_seed
-    from transformers import get_linear_schedule_with_warmup
+    quiet_libraries()
+    r = build_run(cfg, validate(cfg))
+    t = r.settings.trainer
+    r.model.train()
+    while r.state.step < r.total_steps and r.state.epoch < t.epochs:
+        train_epoch(r)
+    return finish(r)
+
+
+def quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     logging.getLogger("accelerate").setLevel(logging.WARNING)
-    settings = validate(cfg)
+
+
+def build_run(cfg: DictConfig, settings: Settings) -> Run:
+    """Tasks, loaders, model, optimizer and schedule, trackers; the state of a resumed run."""
+    from accelerate.utils import set_seed
+    from transformers import get_linear_schedule_with_warmup
+
     t = settings.trainer
     run_dir = Path(cfg.output_dir)
     accelerator = make_accelerator(t, run_dir, log_with_wandb=settings.logger.backend == "wandb")
     set_seed(cfg.seed, device_specific=True)
-
     tasks, tokenizer = build_tasks(settings, cfg.seed)
     loaders = build_train_loaders(
         tasks,
         settings,
         cfg.sampler,
-        tokenizer,
         seed=cfg.seed,
         num_replicas=accelerator.num_processes,
         rank=accelerator.process_index,
@@ -93,20 +141,15 @@ def run(cfg: DictConfig) -> dict[str, float]:
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     model = build_model(settings, tasks)
     optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
-    steps_per_epoch = math.ceil(len(loader) / t.grad_accum)
-    total_steps = t.max_steps or steps_per_epoch * t.epochs
+    total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
     scheduler = get_linear_schedule_with_warmup(
         optimizer, int(t.warmup_ratio * total_steps), total_steps
     )
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-
-    names = list(tasks)
-    shares = ShareMeter(names)
-    state = TrainState(shares)
+    state = TrainState(ShareMeter(list(tasks)))
     accelerator.register_for_checkpointing(loader, state)
     if t.resume:
         accelerator.load_state(resolve_checkpoint(t.resume))
-
     logger = RunLogger(
         accelerator,
         settings.logger,
@@ -115,108 +158,128 @@ def run(cfg: DictConfig) -> dict[str, float]:
         group=run_group(),
         config=OmegaConf.to_container(cfg, resolve=True),
     )
-    dev_sets = {name: task_dataset(task, "dev") for name, task in tasks.items()}
-    collators = {
-        name: make_collator(task.type, name, pad_token_id=tokenizer.pad_token_id)
-        for name, task in tasks.items()
-    }
-    metrics = build_metrics(tasks)
-
-    evaluated_at = -1
-
-    def run_eval() -> dict[str, float]:
-        nonlocal evaluated_at
-        figures = evaluate(
-            model, tasks, dev_sets, collators, metrics, accelerator, t.eval_batch_size
-        )
-        logger.log(figures, step=state.step)
-        evaluated_at = state.step
-        return figures
-
-    progress = None
+    loss_sums = torch.zeros(len(tasks), 2, dtype=torch.float32, device=accelerator.device)
+    r = Run(
+        cfg, settings, run_dir, accelerator, tasks, loader, model, optimizer, scheduler,
+        logger, state, total_steps, Window(loss_sums, state.step + 1),
+    )  # fmt: skip
+    if t.trace:
+        sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
+        r.tracer = Tracer(run_dir, accelerator, sizes)
     if t.progress_bar and accelerator.is_main_process:
         from tqdm.auto import tqdm
 
-        progress = tqdm(total=total_steps, initial=state.step, desc="train", dynamic_ncols=True)
+        r.progress = tqdm(total=total_steps, initial=state.step, desc="train", dynamic_ncols=True)
+    return r
 
-    tracer = None
-    if t.trace:
-        sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
-        tracer = Tracer(run_dir, accelerator, sizes)
-    index = {name: i for i, name in enumerate(names)}
-    # Per task: loss sum, count; kept on the device, read once per logged window.
-    loss_sums = torch.zeros(len(names), 2, dtype=torch.float32, device=accelerator.device)
-    window_first = state.step + 1
-    window_start = time.perf_counter()
-    final: dict[str, float] = {}
-    done = state.step >= total_steps
-    model.train()
-    while not done and state.epoch < t.epochs:
-        first = loader.state_dict()["step"]  # > 0 when resuming mid-epoch
-        for i, batch in enumerate(guarded(loader, accelerator.process_index), start=first):
-            counts = task_counts(batch)
-            mask = batch["attention_mask"]
-            tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
-            shares.update(counts, tokens, mask.numel())
-            batch = to_device(batch, accelerator.device)
-            sync, group = accumulation(i, len(loader), t.grad_accum)
-            # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in
-            # an earlier micro-batch of the step: tests/distributed checks grad_accum 2.
-            with contextlib.nullcontext() if sync else accelerator.no_sync(model):
-                out = model(batch)
-                accelerator.backward(out["loss"] / group)
-            if sync:
-                if t.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            for name, value in out["task_losses"].items():
-                loss_sums[index[name], 0] += value.detach().float()
-                loss_sums[index[name], 1] += 1
-            if tracer is not None:
-                tracer.add(batch, out["loss"].detach())
-            if not sync:
-                continue
-            state.step += 1
-            if tracer is not None:
-                tracer.step(state.step, state.epoch, accelerator.unwrap_model(model))
-            if progress is not None:
-                progress.update(1)
-            if state.step % t.log_every == 0 or state.step == total_steps:
-                steps = (window_first, state.step)
-                figures = window_figures(accelerator, names, loss_sums, shares, loader, steps)
-                window_first = state.step + 1
-                seconds = time.perf_counter() - window_start
-                figures["tokens_per_s"] = figures.pop("tokens") / max(seconds, 1e-9)
-                figures["lr"] = scheduler.get_last_lr()[0]
-                figures["epoch"] = state.epoch
-                logger.log(figures, step=state.step)
-                if progress is not None:
-                    progress.set_postfix(
-                        loss=f"{figures['loss']:.3f}", mix=mix_text(figures, names)
-                    )
-                window_start = time.perf_counter()
-            if t.eval_every and state.step % t.eval_every == 0:
-                final = run_eval()
-            if t.checkpoint_every and state.step % t.checkpoint_every == 0:
-                save_checkpoint(accelerator, run_dir, state.step)
-            if state.step >= total_steps:
-                done = True
-                break
-        else:
-            state.epoch += 1
-            final = run_eval()
-    if evaluated_at != state.step:  # stopped by max_steps, or resumed at the very end
-        final = run_eval()
-    save_checkpoint(accelerator, run_dir, state.step)
-    if progress is not None:
-        progress.close()
-    logger.close()
-    if accelerator.is_main_process:
-        print_summary(final, tasks, metrics)
-        (run_dir / "results.json").write_text(json.dumps({"step": state.step, **final}, indent=2))
-    return final
+
+def planned_steps(loader, epochs: int, grad_accum: int, max_steps: int | None) -> int:
+    """Optimizer steps of the whole run: each epoch's own length in accumulation groups (the
+    last group of an epoch may be partial), summed, capped by `max_steps`."""
+    steps = sum(math.ceil(loader.epoch_length(e) / grad_accum) for e in range(epochs))
+    return min(steps, max_steps) if max_steps else steps
+
+
+def train_epoch(r: Run) -> None:
+    """One pass of the composite loader (the rest of it, on resume), or up to the last step."""
+    loader, t = r.loader, r.settings.trainer
+    epoch_len = len(loader)
+    first = loader.position[1]  # > 0 when resuming mid-epoch
+    for i, batch in enumerate(guarded(loader, r.accelerator.process_index), start=first):
+        sync, group = accumulation(i, epoch_len, t.grad_accum)
+        micro_step(r, batch, sync, group)
+        if not sync:
+            continue
+        optimizer_step(r)
+        after_step(r)
+        if r.state.step >= r.total_steps:
+            return
+    r.state.epoch += 1
+    evaluate_now(r)
+
+
+def micro_step(r: Run, batch: dict, sync: bool, group: int) -> None:
+    """Forward and backward of one batch; gradients are all-reduced only when `sync`."""
+    mask = batch["attention_mask"]
+    tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
+    r.state.shares.update(task_counts(batch), tokens, mask.numel())
+    batch = to_device(batch, r.accelerator.device)
+    # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
+    # earlier micro-batch of the step: tests/distributed checks grad_accum 2.
+    with contextlib.nullcontext() if sync else r.accelerator.no_sync(r.model):
+        out = r.model(batch)
+        r.accelerator.backward(out["loss"] / group)
+    index = {name: i for i, name in enumerate(r.tasks)}
+    for name, value in out["task_losses"].items():
+        r.window.loss_sums[index[name], 0] += value.detach().float()
+        r.window.loss_sums[index[name], 1] += 1
+    if r.tracer is not None:
+        r.tracer.add(batch, out["loss"].detach())
+
+
+def optimizer_step(r: Run) -> None:
+    max_norm = r.settings.trainer.max_grad_norm
+    if max_norm:
+        r.accelerator.clip_grad_norm_(r.model.parameters(), max_norm)
+    r.optimizer.step()
+    r.scheduler.step()
+    r.optimizer.zero_grad()
+    r.state.step += 1
+    if r.tracer is not None:
+        r.tracer.step(r.state.step, r.state.epoch, r.accelerator.unwrap_model(r.model))
+    if r.progress is not None:
+        r.progress.update(1)
+
+
+def after_step(r: Run) -> None:
+    """Log the window, evaluate and checkpoint when their intervals (or the last step) say so."""
+    t, step = r.settings.trainer, r.state.step
+    if step % t.log_every == 0 or step == r.total_steps:
+        log_window(r)
+    if t.eval_every and step % t.eval_every == 0:
+        evaluate_now(r)
+    if t.checkpoint_every and step % t.checkpoint_every == 0:
+        save_checkpoint(r.accelerator, r.run_dir, step)
+
+
+def log_window(r: Run) -> None:
+    """Losses, shares, padding and throughput of the steps since the last window."""
+    names, step = list(r.tasks), r.state.step
+    steps = (r.window.first_step, step)
+    figures = window_figures(
+        r.accelerator, names, r.window.loss_sums, r.state.shares, r.loader, steps
+    )
+    seconds = time.perf_counter() - r.window.started
+    figures["tokens_per_s"] = figures.pop("tokens") / max(seconds, 1e-9)
+    figures["lr"] = r.scheduler.get_last_lr()[0]
+    figures["epoch"] = r.state.epoch
+    r.logger.log(figures, step=step)
+    if r.progress is not None:
+        r.progress.set_postfix(loss=f"{figures['loss']:.3f}", mix=mix_text(figures, names))
+    r.window.first_step, r.window.started = step + 1, time.perf_counter()
+
+
+def evaluate_now(r: Run) -> None:
+    """Dev figures of every task at the current step, logged."""
+    t = r.settings.trainer
+    r.last_eval = evaluate(r.model, r.tasks, r.accelerator, t.eval_batch_size)
+    r.logger.log(r.last_eval, step=r.state.step)
+    r.evaluated_at = r.state.step
+
+
+def finish(r: Run) -> dict[str, float]:
+    """A final evaluation if the last one is older, the last checkpoint, results.json."""
+    if r.evaluated_at != r.state.step:  # stopped by max_steps, or resumed at the very end
+        evaluate_now(r)
+    save_checkpoint(r.accelerator, r.run_dir, r.state.step)
+    if r.progress is not None:
+        r.progress.close()
+    r.logger.close()
+    if r.accelerator.is_main_process:
+        print_summary(r.last_eval, r.tasks)
+        results = {"step": r.state.step, **r.last_eval}
+        (r.run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return r.last_eval
 
 
 def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int]:
@@ -228,8 +291,8 @@ def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int
 
 
 def make_optimizer(groups: list[dict]) -> torch.optim.Optimizer:
-    """AdamW, fused where this torch build has it (CPU and CUDA: about 6x faster a step than
-    the per-parameter loop on MiniLM's 22.7M parameters, see scripts/bench_train_speed.py)."""
+    """AdamW, fused where this torch build has it (CPU and CUDA; much faster per step than the
+    per-parameter loop, see scripts/bench_train_speed.py)."""
     try:
         return torch.optim.AdamW(groups, fused=True)
     except (RuntimeError, TypeError):
@@ -261,17 +324,6 @@ def task_counts(batch: dict) -> dict[str, int]:
     return {name: int(counts[i]) for i, name in enumerate(batch["tasks"])}
 
 
-def to_device(batch: dict, device) -> dict:
-    def move(value):
-        if torch.is_tensor(value):
-            return value.to(device, non_blocking=True)
-        if isinstance(value, dict):
-            return {k: move(v) for k, v in value.items()}
-        return value
-
-    return {k: move(v) for k, v in batch.items()}
-
-
 def guarded(loader, rank: int):
     """The loader's batches; a batch that fails to load ends this rank with the task named."""
     batches = iter(loader)
@@ -283,18 +335,14 @@ def guarded(loader, rank: int):
         except MtlError:
             raise
         except Exception as err:
+            epoch, step = loader.position
+            try:
+                tasks = ",".join(map(repr, loader.tasks_at(epoch, step)))
+            except Exception:
+                tasks = "?"
             detail = (str(err).strip().splitlines() or [""])[-1]
             raise MtlError(
-                f"rank {rank}: task {scheduled_tasks(loader)}: loading its batch at epoch "
-                f"{loader.epoch} step {loader._step} failed: {type(err).__name__}: {detail}"
+                f"rank {rank}: task {tasks}: loading its batch at epoch {epoch} step {step} "
+                f"failed: {type(err).__name__}: {detail}"
             ) from err
         yield batch
-
-
-def scheduled_tasks(loader) -> str:
-    """The task(s) the loader's current step reads (for error messages)."""
-    try:
-        row = loader.schedule(loader.epoch)[loader._step]
-        return ",".join(repr(loader.names[t]) for t in loader._tasks_at(row))
-    except Exception:
-        return "?"

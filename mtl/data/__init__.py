@@ -2,22 +2,22 @@
 
 from mtl.data.bundled import BUNDLED_TASKS, TOPIC_CLASSES, bundled_rows, pydoc_paragraphs
 from mtl.data.collators import TaskCollator, make_collator
-from mtl.data.loading import TokenizedSplit, make_task_loader, task_dataset
-from mtl.data.tasks import TASK_TYPES, Task, build_task
+from mtl.data.loading import TokenizedSplit, task_dataset, task_loader
+from mtl.data.tasks import Task, build_task, build_task_from_config
 from mtl.data.tokenizer import load_tokenizer
 
 __all__ = [
     "BUNDLED_TASKS",
-    "TASK_TYPES",
     "TOPIC_CLASSES",
     "Task",
     "TaskCollator",
     "TokenizedSplit",
     "build_task",
+    "build_task_from_config",
     "bundled_rows",
     "load_tokenizer",
     "make_collator",
-    "make_task_loader",
     "pydoc_paragraphs",
     "task_dataset",
+    "task_loader",
 ]

@@ -25,11 +25,6 @@ import torch
 from mtl.errors import MtlError
 
 IGNORE_INDEX = -100
-LABEL_DTYPES = {
-    "sequence_classification": np.int64,
-    "token_classification": np.int64,
-    "regression": np.float32,
-}
 
 
 @dataclass
@@ -86,23 +81,20 @@ class TaskCollator:
 
     def __init__(
         self,
-        task_type: str,
         task_name: str,
         *,
         pad_token_id: int,
         pad_to_multiple_of: int | None = None,
+        label_dtype: type = np.int64,
+        token_labels: bool = False,
     ) -> None:
-        if task_type not in LABEL_DTYPES:
-            raise MtlError(
-                f"task {task_name!r}: unknown type {task_type!r}; choose one of "
-                f"{list(LABEL_DTYPES)}"
-            )
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
             raise MtlError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of}")
-        self.task_type = task_type
         self.task_name = task_name
         self.pad_token_id = pad_token_id
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.label_dtype = label_dtype
+        self.token_labels = token_labels
 
     def __call__(self, examples: PackedRows | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         rows = examples if isinstance(examples, PackedRows) else PackedRows.from_examples(examples)
@@ -121,11 +113,11 @@ class TaskCollator:
             token_type_ids = np.zeros(mask.shape, dtype=np.int64)
             token_type_ids[mask] = rows.token_type_ids
             batch["token_type_ids"] = torch.from_numpy(token_type_ids)
-        if self.task_type == "token_classification":
-            labels = np.full(mask.shape, IGNORE_INDEX, dtype=np.int64)
+        if self.token_labels:
+            labels = np.full(mask.shape, IGNORE_INDEX, dtype=self.label_dtype)
             labels[mask] = rows.labels
         else:
-            labels = rows.labels.astype(LABEL_DTYPES[self.task_type])
+            labels = rows.labels.astype(self.label_dtype)
         batch["labels"] = torch.from_numpy(labels)
         batch["task"] = self.task_name
         batch["example_ids"] = torch.from_numpy(rows.example_ids.astype(np.int64))
@@ -134,8 +126,9 @@ class TaskCollator:
 
     def __repr__(self) -> str:
         return (
-            f"TaskCollator({self.task_type!r}, {self.task_name!r}, "
-            f"pad_token_id={self.pad_token_id}, pad_to_multiple_of={self.pad_to_multiple_of})"
+            f"TaskCollator({self.task_name!r}, pad_token_id={self.pad_token_id}, "
+            f"pad_to_multiple_of={self.pad_to_multiple_of}, label_dtype={self.label_dtype.__name__}, "
+            f"token_labels={self.token_labels})"
         )
 
 
@@ -146,7 +139,14 @@ def make_collator(
     pad_token_id: int,
     pad_to_multiple_of: int | None = None,
 ) -> TaskCollator:
-    """The collator for one task (the same padding rule for every type; labels differ)."""
+    """The collator for one task of a task type (a built-in name or an import path)."""
+    from mtl.task_types import task_type_class
+
+    cls = task_type_class(task_type, task_name)
     return TaskCollator(
-        task_type, task_name, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of
+        task_name,
+        pad_token_id=pad_token_id,
+        pad_to_multiple_of=pad_to_multiple_of,
+        label_dtype=cls.label_dtype,
+        token_labels=cls.token_labels,
     )

@@ -12,17 +12,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from mtl.data.collators import PackedRows, make_collator
+from mtl.data.collators import PackedRows
 from mtl.data.tasks import Task
 from mtl.errors import MtlError
-from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
-
-SAMPLERS = ("random", "block_shuffle")
-
 
 def _flat_list_column(ds: Dataset, column: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, offsets) of a list column: row i is values[offsets[i]:offsets[i + 1]]."""
@@ -48,6 +45,9 @@ class TokenizedSplit(TorchDataset):
         else:
             self.labels = ds.data.column("labels").to_numpy()
         self.example_ids = ds.data.column("example_id").to_numpy()
+        self.token_type_ids = None
+        if "token_type_ids" in ds.column_names:
+            self.token_type_ids, _ = _flat_list_column(ds, "token_type_ids")
 
     def __len__(self) -> int:
         return len(self.example_ids)
@@ -58,11 +58,14 @@ class TokenizedSplit(TorchDataset):
             labels = self.labels[self.label_offsets[index] : self.label_offsets[index + 1]]
         else:
             labels = self.labels[index]
-        return {
+        item = {
             "input_ids": self.input_ids[start:end],
             "labels": labels,
             "example_id": self.example_ids[index],
         }
+        if self.token_type_ids is not None:
+            item["token_type_ids"] = self.token_type_ids[start:end]
+        return item
 
     def __getitems__(self, indices: list[int]) -> PackedRows:
         """The rows of a whole batch, gathered with a few numpy calls."""
@@ -76,66 +79,43 @@ class TokenizedSplit(TorchDataset):
             labels = self.labels[positions + np.repeat(label_starts - starts, lengths)]
         else:
             labels = self.labels[rows]
-        return PackedRows(self.input_ids[positions], lengths, labels, self.example_ids[rows])
+        token_type_ids = None if self.token_type_ids is None else self.token_type_ids[positions]
+        return PackedRows(
+            self.input_ids[positions], lengths, labels, self.example_ids[rows], token_type_ids
+        )
 
 
 def task_dataset(task: Task, split: str = "train") -> TokenizedSplit:
-    """The torch-facing dataset of one split ("train" or "dev") of `task`."""
-    if split not in ("train", "dev"):
-        raise MtlError(f"task {task.name!r}: unknown split {split!r}; use 'train' or 'dev'")
-    return TokenizedSplit(task.train if split == "train" else task.dev)
+    """The torch-facing dataset of one split ("train", "dev", or "test" where given) of `task`."""
+    if split not in task.splits:
+        raise MtlError(f"task {task.name!r}: unknown split {split!r}; use one of {list(task.splits)}")
+    return TokenizedSplit(task.splits[split])
 
 
-def make_task_loader(
+def task_loader(
     task: Task,
+    batch_sampler,
     split: str = "train",
     *,
-    batch_size: int = 32,
-    sampler: str = "random",
-    sort_bs_num: int | None = None,
-    sort_noise: float = 0.0,
-    drop_last: bool = False,
-    seed: int = 0,
+    pad_to_multiple_of: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
     persistent_workers: bool = False,
-    pad_to_multiple_of: int | None = None,
-    num_replicas: int = 1,
-    rank: int = 0,
+    generator: torch.Generator | None = None,
 ) -> DataLoader:
-    """A DataLoader over one split of `task`, batched by `sampler`, collated by the task collator.
+    """A DataLoader over one split of `task`, batched by `batch_sampler` (any sampler of
+    `mtl.samplers`, built over `task.<split>["length"]`), padded by the task's collator.
 
-    The batch sampler is `loader.batch_sampler`: call its `set_epoch(epoch)` before each epoch
-    (and `set_start(k)` to resume mid-epoch). The dev split always uses the random sampler
-    without drop_last: every example is seen once (per rank shard; the samplers pad a short
-    shard with repeated batches). Padding uses `task.pad_token_id`.
+    Call `loader.batch_sampler.set_epoch(epoch)` before each epoch (and `set_start(k)` to resume
+    mid-epoch); composite loaders do both. `generator`: the DataLoader's own RNG, so that
+    starting an iterator leaves the global RNG (dropout) alone.
     """
-    dataset = task_dataset(task, split)
-    if sampler not in SAMPLERS:
-        raise MtlError(f"unknown sampler {sampler!r}; choose one of {list(SAMPLERS)}")
-    lengths = np.asarray((task.train if split == "train" else task.dev)["length"])
-    common = {"seed": seed, "num_replicas": num_replicas, "rank": rank}
-    if split == "dev":
-        batch_sampler = RandomBatchSampler(lengths, batch_size, drop_last=False, **common)
-    elif sampler == "random":
-        batch_sampler = RandomBatchSampler(lengths, batch_size, drop_last=drop_last, **common)
-    else:
-        batch_sampler = BlockShuffleBatchSampler(
-            lengths,
-            batch_size,
-            sort_bs_num=sort_bs_num,
-            sort_noise=sort_noise,
-            drop_last=drop_last,
-            **common,
-        )
-    collator = make_collator(
-        task.type, task.name, pad_token_id=task.pad_token_id, pad_to_multiple_of=pad_to_multiple_of
-    )
     return DataLoader(
-        dataset,
+        task_dataset(task, split),
         batch_sampler=batch_sampler,
-        collate_fn=collator,
+        collate_fn=task.collator(pad_to_multiple_of),
         num_workers=num_workers,
         pin_memory=pin_memory,
         persistent_workers=persistent_workers and num_workers > 0,
+        generator=generator,
     )

@@ -1,6 +1,6 @@
 """Shared encoder and per-task heads."""
 
-from mtl.models.encoder import load_encoder, resolve_model_path
+from mtl.models.encoder import encoder_config, load_encoder, resolve_model_path
 from mtl.models.heads import (
     RegressionHead,
     SequenceClassificationHead,
@@ -13,6 +13,7 @@ __all__ = [
     "RegressionHead",
     "SequenceClassificationHead",
     "TokenClassificationHead",
+    "encoder_config",
     "load_encoder",
     "resolve_model_path",
 ]

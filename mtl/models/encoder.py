@@ -25,6 +25,20 @@ def resolve_model_path(name_or_path: str | None) -> str:
     return name_or_path
 
 
+def encoder_config(name_or_path: str | None = None, config: dict | None = None):
+    """The encoder's transformers config (None: the packaged MiniLM), with `config` overrides."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(path, **(config or {}))
+    except OSError as err:
+        raise MtlError(
+            f"model '{name_or_path}' could not be loaded ({err.__class__.__name__}); "
+            "give a local model folder, a hub name (with internet), or model=minilm"
+        ) from None
+
+
 def load_encoder(
     name_or_path: str | None = None, *, random_init: bool = False, config: dict | None = None
 ) -> nn.Module:
@@ -33,16 +47,10 @@ def load_encoder(
     `random_init=True` builds the architecture from `config` (overrides of the named model's
     config, e.g. a tiny BERT for tests) with freshly initialised weights.
     """
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoModel
 
     path = resolve_model_path(name_or_path)
-    try:
-        model_config = AutoConfig.from_pretrained(path, **(config or {}))
-    except OSError as err:
-        raise MtlError(
-            f"model '{name_or_path}' could not be loaded ({err.__class__.__name__}); "
-            "give a local model folder, a hub name (with internet), or model=minilm"
-        ) from None
+    model_config = encoder_config(name_or_path, config)
     kwargs = {"add_pooling_layer": False} if model_config.model_type == "bert" else {}
     if random_init:
         return AutoModel.from_config(model_config, **kwargs)

@@ -34,6 +34,11 @@ class MultiTaskModel(nn.Module):
         inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
         return self.encoder(**inputs).last_hidden_state
 
+    def logits(self, batch: Mapping) -> dict[str, torch.Tensor]:
+        """{task: its head's outputs} for a single-task batch, without labels or loss."""
+        hidden = self.encode(batch)
+        return {batch["task"]: self.heads[batch["task"]](hidden, batch["attention_mask"])}
+
     def forward(self, batch: Mapping) -> dict:
         """Returns {"loss": scalar, "task_losses": {task: scalar}, "logits": {task: tensor}}."""
         hidden = self.encode(batch)

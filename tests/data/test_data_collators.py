@@ -61,7 +61,7 @@ def test_token_type_ids_kept_when_present():
 
 
 def test_bad_arguments_raise():
-    with pytest.raises(MtlError, match="task 'x'.*unknown type"):
+    with pytest.raises(MtlError, match="task.x.type='ranking' is not a task type"):
         make_collator("ranking", "x", pad_token_id=0)
     with pytest.raises(MtlError, match="pad_to_multiple_of"):
         make_collator("regression", "x", pad_token_id=0, pad_to_multiple_of=0)

@@ -105,7 +105,7 @@ def test_empty_file_missing_column_bad_file_raise(tmp_path):
         build("x", {"path": str(tmp_path / "data.txt")})
     with pytest.raises(MtlError, match="task 'y'.*does not exist"):
         build("y", {"path": str(tmp_path / "missing.jsonl")})
-    with pytest.raises(MtlError, match="task 'z'.*unknown type"):
+    with pytest.raises(MtlError, match="task.z.type='ranking' is not a task type"):
         build("z", {"path": path}, type="ranking")
     with pytest.raises(MtlError, match="task 'w'.*'bundled', 'path' or 'hub'"):
         build("w", {"url": "x"})

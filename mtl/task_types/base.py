@@ -1,0 +1,148 @@
+"""The task-type protocol: what one kind of task (classification, tagging, ...) provides.
+
+A task in `conf/task/<name>.yaml` names its type with `type:`, a built-in name
+(`mtl.task_types.BUILTIN`) or the import path of a `TaskType` subclass of your own. The type
+object reads the task's columns, encodes rows into token ids and labels, makes the head, turns
+the head's outputs into predictions and scores them with the task's `metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from hydra.utils import get_method, instantiate
+from torch import nn
+
+from mtl.errors import MtlError
+
+IGNORE_INDEX = -100
+Metric = Callable[[Any, Any], float]
+
+
+class TaskType:
+    """One kind of task. Built once per task from its config (`mtl.config.TaskConfig`).
+
+    Encoding: `encode` turns a batch of source rows into model rows with the columns
+    `input_ids`, `labels`, `length` (tokens) and optionally `token_type_ids`; mtl adds
+    `example_id` (the source row) and batches rows with its collator, which pads `input_ids` and
+    `token_type_ids`, and pads `labels` with -100 when `token_labels` is true.
+    Model: `make_head(hidden_size, num_labels, dropout)` returns an `nn.Module` with
+    `forward(hidden [B, L, H], attention_mask [B, L]) -> logits` and `loss(logits, labels)`.
+    Scoring: `predict(logits, batch)` gives one prediction per row (plain Python or numpy);
+    `score(predictions, dev)` gets every dev row's prediction in row order and returns
+    `{metric name: value}` for the task's `metrics` (the first one is the task's main metric).
+    """
+
+    #: Metric name -> function(predictions, references) -> float, as this type reads them.
+    metric_functions: ClassVar[dict[str, Metric]] = {}
+    default_metrics: ClassVar[tuple[str, ...]] = ()
+    label_dtype: ClassVar[type] = np.int64
+    token_labels: ClassVar[bool] = False
+
+    def __init__(self, name: str, config: Any) -> None:
+        self.name = name
+        self.config = config
+        self.metrics = self._resolve_metrics(list(config.metrics or self.default_metrics))
+
+    # -- data -------------------------------------------------------------------------------------
+
+    def columns(self) -> list[str]:
+        """The source columns this task reads (checked on every split)."""
+        raise NotImplementedError
+
+    def infer_label_names(self, labels: Sequence[Any]) -> list[str] | None:
+        """Label names from the train labels when the config gives none (None: no classes)."""
+        return None
+
+    def encode(
+        self, rows: dict[str, list], tokenizer, label_names: list[str] | None, where: str
+    ) -> dict[str, list]:
+        """A batch of source rows (column -> values) -> model rows (see the class docstring).
+        `where` names the rows in error messages ("task 'x', train split")."""
+        raise NotImplementedError
+
+    # -- model ------------------------------------------------------------------------------------
+
+    def num_labels(self, label_names: list[str] | None) -> int:
+        return len(label_names or [])
+
+    def default_head(self, hidden_size: int, num_labels: int, dropout: float) -> nn.Module:
+        raise NotImplementedError
+
+    def make_head(self, hidden_size: int, num_labels: int, dropout: float) -> nn.Module:
+        """The task's head: `head: {_target_: ...}` from the config, else the type's own."""
+        if self.config.head:
+            return instantiate(
+                self.config.head, hidden_size=hidden_size, num_labels=num_labels, dropout=dropout
+            )
+        return self.default_head(hidden_size, num_labels, dropout)
+
+    # -- scoring ----------------------------------------------------------------------------------
+
+    def predict(self, logits: torch.Tensor, batch: dict) -> list[Any]:
+        """One prediction per row of `batch` (default: the row's argmax)."""
+        return logits.float().argmax(-1).cpu().tolist()
+
+    def references(self, dev, label_names: list[str] | None) -> list[Any]:
+        """What the metrics compare predictions with, one per dev row (default: the labels)."""
+        return list(dev["labels"])
+
+    def score(self, predictions: list[Any], dev, label_names: list[str] | None) -> dict:
+        refs = self.references(dev, label_names)
+        preds, refs = self.prepare(predictions, refs, label_names)
+        return {name: float(fn(preds, refs)) for name, fn in self.metrics.items()}
+
+    def prepare(self, predictions: list, references: list, label_names) -> tuple[Any, Any]:
+        """Predictions and references in the form this type's metric functions read."""
+        return np.asarray(predictions), np.asarray(references)
+
+    @property
+    def main_metric(self) -> str:
+        return next(iter(self.metrics))
+
+    def _resolve_metrics(self, names: list[str]) -> dict[str, Metric]:
+        if not names:
+            raise MtlError(f"task {self.name!r}: metrics is empty; name at least one")
+        resolved = {}
+        for name in names:
+            if name in self.metric_functions:
+                resolved[name] = self.metric_functions[name]
+            elif "." in name:
+                try:
+                    resolved[name.rsplit(".", 1)[-1]] = get_method(name)
+                except Exception as err:
+                    raise MtlError(
+                        f"task {self.name!r}: metric {name!r} cannot be imported ({err}); "
+                        "give module.function of a function (predictions, references) -> float"
+                    ) from None
+            else:
+                raise MtlError(
+                    f"task {self.name!r}: unknown metric {name!r} for {type(self).__name__}; "
+                    f"choose from {', '.join(self.metric_functions)} or give module.function"
+                )
+        return resolved
+
+
+def label_id(label: Any, ids: dict[str, int], n: int, where: str) -> int:
+    """A class label (name, or id in 0..n-1) as its id."""
+    if isinstance(label, str):
+        if label in ids:
+            return ids[label]
+    elif isinstance(label, (int, np.integer)) and not isinstance(label, bool) and 0 <= label < n:
+        return int(label)
+    raise MtlError(
+        f"{where}: label {label!r} is not one of {list(ids)} (or an id in 0..{n - 1}); "
+        "fix the data or label_names"
+    )
+
+
+def names_from_values(values: Sequence[Any], where: str) -> list[str]:
+    """Sorted distinct names, or "0".."max" for integer ids."""
+    if all(isinstance(v, str) for v in values):
+        return sorted(set(values))
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
+        return [str(i) for i in range(int(max(values)) + 1)]
+    raise MtlError(f"{where}: labels must be all names (str) or all ids (int >= 0); give label_names")

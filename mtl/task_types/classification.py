@@ -1,0 +1,95 @@
+"""Sentence (or sentence-pair) classification and regression: one label per row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtl import metrics
+from mtl.errors import MtlError
+from mtl.models.heads import RegressionHead, SequenceClassificationHead
+from mtl.task_types.base import TaskType, label_id, names_from_values
+
+
+def encode_texts(config, rows: dict[str, list], tokenizer, where: str):
+    """`text_column` alone, or with `text_pair_column` as the tokenizer's pair input (token type
+    ids kept, `longest_first` truncation to `max_length`)."""
+    texts = rows[config.text_column]
+    if not all(isinstance(t, str) for t in texts):
+        raise MtlError(f"{where}: column {config.text_column!r} must hold strings")
+    if not config.text_pair_column:
+        return tokenizer(texts, truncation=True, max_length=config.max_length)
+    pairs = rows[config.text_pair_column]
+    if not all(isinstance(t, str) for t in pairs):
+        raise MtlError(f"{where}: column {config.text_pair_column!r} must hold strings")
+    return tokenizer(texts, pairs, truncation="longest_first", max_length=config.max_length)
+
+
+def model_rows(enc, labels: list) -> dict[str, list]:
+    out = {"input_ids": enc["input_ids"], "labels": labels}
+    if "token_type_ids" in enc:
+        out["token_type_ids"] = enc["token_type_ids"]
+    out["length"] = [len(ids) for ids in enc["input_ids"]]
+    return out
+
+
+class SequenceClassification(TaskType):
+    """One class per text or text pair; cross-entropy over `label_names` (names or ids)."""
+
+    metric_functions = {
+        "accuracy": metrics.accuracy,
+        "f1": metrics.f1,
+        "macro_f1": metrics.macro_f1,
+        "mcc": metrics.mcc,
+    }
+    default_metrics = ("accuracy",)
+
+    def columns(self) -> list[str]:
+        pair = [self.config.text_pair_column] if self.config.text_pair_column else []
+        return [self.config.text_column, *pair, self.config.label_column]
+
+    def infer_label_names(self, labels: Sequence[Any]) -> list[str]:
+        return names_from_values(labels, f"task {self.name!r}")
+
+    def encode(self, rows, tokenizer, label_names, where):
+        enc = encode_texts(self.config, rows, tokenizer, where)
+        ids = {name: i for i, name in enumerate(label_names)}
+        labels = [label_id(x, ids, len(ids), where) for x in rows[self.config.label_column]]
+        return model_rows(enc, labels)
+
+    def default_head(self, hidden_size, num_labels, dropout):
+        return SequenceClassificationHead(hidden_size, num_labels, dropout=dropout)
+
+
+class Regression(TaskType):
+    """One real value per text or text pair; mean squared error."""
+
+    metric_functions = {"pearson": metrics.pearson, "spearman": metrics.spearman, "mse": metrics.mse}
+    default_metrics = ("pearson", "spearman", "mse")
+    label_dtype = np.float32
+
+    def columns(self) -> list[str]:
+        return SequenceClassification.columns(self)
+
+    def encode(self, rows, tokenizer, label_names, where):
+        enc = encode_texts(self.config, rows, tokenizer, where)
+        return model_rows(enc, [_to_float(x, where) for x in rows[self.config.label_column]])
+
+    def num_labels(self, label_names) -> int:
+        return 1
+
+    def default_head(self, hidden_size, num_labels, dropout):
+        return RegressionHead(hidden_size, dropout=dropout)
+
+    def predict(self, logits: torch.Tensor, batch: dict) -> list[float]:
+        return logits.float().reshape(-1).cpu().tolist()
+
+
+def _to_float(label: Any, where: str) -> float:
+    try:
+        return float(label)
+    except (TypeError, ValueError):
+        raise MtlError(f"{where}: regression label {label!r} is not a number") from None

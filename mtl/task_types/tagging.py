@@ -1,0 +1,99 @@
+"""Token classification (tagging): one label per word, scored per span when tags are BIO."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from mtl import metrics
+from mtl.errors import MtlError
+from mtl.models.heads import TokenClassificationHead
+from mtl.task_types.base import IGNORE_INDEX, TaskType, label_id, names_from_values
+
+
+def is_bio(tags: Iterable[str]) -> bool:
+    """Tags of the IOB2 scheme: "O" and "B-x"/"I-x"."""
+    return all(t == "O" or t[:2] in ("B-", "I-") for t in tags)
+
+
+def by_scheme(span_metric, tag_metric):
+    """A tagging metric: per entity span when every tag is BIO, else per word."""
+
+    def metric(predictions, references) -> float:
+        tags = {t for rows in (predictions, references) for row in rows for t in row}
+        return (span_metric if is_bio(tags) else tag_metric)(predictions, references)
+
+    return metric
+
+
+class TokenClassification(TaskType):
+    """A tag per word (`text_column`: a list of words, or a string split on whitespace).
+
+    A word's tag goes to its first sub-token; the other positions get -100 and are not trained
+    or scored. Metrics: with BIO tags `f1`/`precision`/`recall` are entity-span scores (strict
+    IOB2, as seqeval computes them); with other tags they are per-word micro scores over every
+    tag but "O". `accuracy` is per word.
+    """
+
+    metric_functions = {
+        "f1": by_scheme(metrics.span_f1, metrics.tag_f1),
+        "precision": by_scheme(metrics.span_precision, metrics.tag_precision),
+        "recall": by_scheme(metrics.span_recall, metrics.tag_recall),
+        "accuracy": metrics.token_accuracy,
+    }
+    default_metrics = ("f1", "precision", "recall", "accuracy")
+    token_labels = True
+
+    def columns(self) -> list[str]:
+        return [self.config.text_column, self.config.label_column]
+
+    def infer_label_names(self, labels):
+        return names_from_values([tag for tags in labels for tag in tags], f"task {self.name!r}")
+
+    def encode(self, rows, tokenizer, label_names, where):
+        words = [t.split() if isinstance(t, str) else list(t) for t in rows[self.config.text_column]]
+        tags = rows[self.config.label_column]
+        for w, t in zip(words, tags, strict=True):
+            if len(w) != len(t):
+                raise MtlError(
+                    f"{where}: the row {' '.join(w[:6])!r}... has {len(w)} words but {len(t)} "
+                    "tags; give one tag per word"
+                )
+        enc = tokenizer(
+            words, is_split_into_words=True, truncation=True, max_length=self.config.max_length
+        )
+        ids = {name: i for i, name in enumerate(label_names)}
+        labels = []
+        for row, row_tags in enumerate(tags):
+            out, previous = [], None
+            for word in enc.word_ids(row):
+                first = word is not None and word != previous
+                out.append(label_id(row_tags[word], ids, len(ids), where) if first else IGNORE_INDEX)
+                previous = word
+            labels.append(out)
+        return {
+            "input_ids": enc["input_ids"],
+            "labels": labels,
+            "length": [len(x) for x in enc["input_ids"]],
+        }
+
+    def default_head(self, hidden_size, num_labels, dropout):
+        return TokenClassificationHead(hidden_size, num_labels, dropout=dropout)
+
+    def predict(self, logits: torch.Tensor, batch: dict) -> list[list[int]]:
+        """The tag id of every scored word (positions whose label is not -100)."""
+        labels = batch["labels"]
+        pred = logits[:, : labels.shape[1]].float().argmax(-1).cpu().numpy()
+        keep = (labels != IGNORE_INDEX).cpu().numpy()
+        return [row[mask].tolist() for row, mask in zip(pred, keep, strict=True)]
+
+    def references(self, dev, label_names):
+        return [[t for t in row if t != IGNORE_INDEX] for row in dev["labels"]]
+
+    def prepare(self, predictions, references, label_names):
+        """Tag names per scored word, for predictions and references alike."""
+        return (
+            [[label_names[i] for i in row] for row in predictions],
+            [[label_names[i] for i in row] for row in references],
+        )
