@@ -1,7 +1,7 @@
 """Dev metrics for GLUE, SQuAD, SWAG and CoNLL, each `(predictions, references) -> float`.
 
-A task names its metrics in its config, `metrics: [mcc, accuracy]`; the first is the task's main
-figure (model selection, the summary line). `METRICS` maps each name to its function.
+A task names its metrics in its config, `metrics: [mcc, accuracy]`; the first is its main one.
+`METRICS` maps each name to its function.
 
 Each function equals its reference (scikit-learn, scipy, seqeval, the official SQuAD script) to
 1e-6 and is written with numpy and plain Python so that none of those is needed at run time.
@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
+import torch  # for the legacy classes at the bottom
 
 from mtl.errors import MtlError
 
