@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mtl.errors import MtlError
 
+
 @dataclass
 class TrainerConfig:
     epochs: int = 3

@@ -1,7 +1,8 @@
 """Dev metrics for GLUE, SQuAD, SWAG and CoNLL, each `(predictions, references) -> float`.
 
 A task names its metrics in its config, `metrics: [mcc, accuracy]`; the first is its main one.
-`METRICS` maps each name to its function.
+Which names a task type understands is its `metric_functions` (`mtl.task_types`); a
+name of the form `module.function` imports a metric of your own.
 
 Each function equals its reference (scikit-learn, scipy, seqeval, the official SQuAD script) to
 1e-6 and is written with numpy and plain Python so that none of those is needed at run time.
@@ -16,10 +17,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import torch  # for the legacy classes at the bottom
 
 from mtl.errors import MtlError
 
@@ -300,108 +300,34 @@ def squad_f1(predictions, references) -> float:
     return sum(scores) / len(scores) if scores else 0.0
 
 
-METRICS: dict[str, Callable[..., float]] = {
-    f.__name__: f
-    for f in (
-        accuracy,
-        f1,
-        macro_f1,
-        mcc,
-        micro_f1,
-        macro_f1_multilabel,
-        subset_accuracy,
-        pearson,
-        spearman,
-        mse,
-        span_f1,
-        span_precision,
-        span_recall,
-        token_accuracy,
-        exact_match,
-        squad_f1,
-    )
-}
+# -- Tagging with tags outside the BIO scheme: per word
 
 
-# Legacy sufficient-statistics metrics (replaced by the functions above)
-
-IGNORE_INDEX = -100
-
-
-class Accuracy:
-    """Sequence classification: accuracy (`main`) over all dev examples."""
-
-    main = "accuracy"
-    size = 2  # correct, total
-
-    def __init__(self, num_labels: int, label_names: list[str] | None = None):
-        self.num_labels = num_labels
-
-    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        correct = (logits.argmax(-1) == labels).sum()
-        return torch.stack([correct, torch.tensor(labels.numel())]).double()
-
-    def compute(self, stats: torch.Tensor) -> dict[str, float]:
-        return {"accuracy": float(stats[0] / stats[1].clamp(min=1))}
+def _tag_counts(predictions, references) -> tuple[int, int, int]:
+    """(true positives, predicted, gold) words over every tag but "O"."""
+    tp = predicted = gold = 0
+    for pred, ref in zip(predictions, references, strict=True):
+        for p, g in zip(pred, ref, strict=True):
+            predicted += p != "O"
+            gold += g != "O"
+            tp += p == g and g != "O"
+    return tp, predicted, gold
 
 
-class TokenF1:
-    """Token classification: micro F1 (`main`) over the entity labels (all but "O"), per word.
-
-    Only positions whose label is not -100 count (the first sub-token of each word).
-    """
-
-    main = "f1"
-
-    def __init__(self, num_labels: int, label_names: list[str] | None = None):
-        self.num_labels = num_labels
-        names = label_names or [str(i) for i in range(num_labels)]
-        self.positive = torch.tensor([name != "O" for name in names])
-        self.size = 3 * num_labels + 2  # tp, fp, fn per label; correct, total
-
-    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = logits[:, : labels.shape[1]]
-        keep = labels != IGNORE_INDEX
-        pred, gold = logits.argmax(-1)[keep], labels[keep]
-        k = self.num_labels
-        tp = torch.bincount(gold[pred == gold], minlength=k)
-        fp = torch.bincount(pred[pred != gold], minlength=k)
-        fn = torch.bincount(gold[pred != gold], minlength=k)
-        total = torch.tensor([int((pred == gold).sum()), gold.numel()])
-        return torch.cat([tp, fp, fn, total]).double()
-
-    def compute(self, stats: torch.Tensor) -> dict[str, float]:
-        k = self.num_labels
-        tp, fp, fn = stats[:k], stats[k : 2 * k], stats[2 * k : 3 * k]
-        pos = self.positive
-        tp, fp, fn = tp[pos].sum(), fp[pos].sum(), fn[pos].sum()
-        precision = float(tp / (tp + fp).clamp(min=1))
-        recall = float(tp / (tp + fn).clamp(min=1))
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        accuracy = float(stats[3 * k] / stats[3 * k + 1].clamp(min=1))
-        return {"f1": f1, "precision": precision, "recall": recall, "accuracy": accuracy}
+def tag_precision(predictions, references) -> float:
+    """Per-word precision over every tag but "O" (micro-averaged)."""
+    tp, predicted, _ = _tag_counts(predictions, references)
+    return tp / predicted if predicted else 0.0
 
 
-class Pearson:
-    """Regression: Pearson correlation (`main`) and mean squared error."""
+def tag_recall(predictions, references) -> float:
+    """Per-word recall over every tag but "O" (micro-averaged)."""
+    tp, _, gold = _tag_counts(predictions, references)
+    return tp / gold if gold else 0.0
 
-    main = "pearson"
-    size = 6  # n, sum x, sum y, sum xx, sum yy, sum xy
 
-    def __init__(self, num_labels: int = 1, label_names: list[str] | None = None):
-        pass
-
-    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        x, y = logits.double().reshape(-1), labels.double().reshape(-1)
-        n = torch.tensor(float(x.numel()), dtype=torch.float64)
-        return torch.stack([n, x.sum(), y.sum(), (x * x).sum(), (y * y).sum(), (x * y).sum()])
-
-    def compute(self, stats: torch.Tensor) -> dict[str, float]:
-        n, sx, sy, sxx, syy, sxy = (float(v) for v in stats)
-        if n == 0:
-            return {"pearson": 0.0, "mse": 0.0}
-        cov = sxy - sx * sy / n
-        vx, vy = sxx - sx * sx / n, syy - sy * sy / n
-        pearson = cov / (vx * vy) ** 0.5 if vx > 0 and vy > 0 else 0.0
-        mse = (sxx - 2 * sxy + syy) / n
-        return {"pearson": pearson, "mse": mse}
+def tag_f1(predictions, references) -> float:
+    """Per-word F1 over every tag but "O" (micro-averaged): sklearn's f1_score(average="micro")
+    with labels = every tag but "O", on the flattened words."""
+    tp, predicted, gold = _tag_counts(predictions, references)
+    return 2 * tp / (predicted + gold) if predicted + gold else 0.0

@@ -127,7 +127,8 @@ class TaskCollator:
     def __repr__(self) -> str:
         return (
             f"TaskCollator({self.task_name!r}, pad_token_id={self.pad_token_id}, "
-            f"pad_to_multiple_of={self.pad_to_multiple_of}, label_dtype={self.label_dtype.__name__}, "
+            f"pad_to_multiple_of={self.pad_to_multiple_of}, "
+            f"label_dtype={self.label_dtype.__name__}, "
             f"token_labels={self.token_labels})"
         )
 

@@ -21,6 +21,7 @@ from mtl.data.collators import PackedRows
 from mtl.data.tasks import Task
 from mtl.errors import MtlError
 
+
 def _flat_list_column(ds: Dataset, column: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, offsets) of a list column: row i is values[offsets[i]:offsets[i + 1]]."""
     array = ds.data.column(column).combine_chunks()
@@ -88,7 +89,9 @@ class TokenizedSplit(TorchDataset):
 def task_dataset(task: Task, split: str = "train") -> TokenizedSplit:
     """The torch-facing dataset of one split ("train", "dev", or "test" where given) of `task`."""
     if split not in task.splits:
-        raise MtlError(f"task {task.name!r}: unknown split {split!r}; use one of {list(task.splits)}")
+        raise MtlError(
+            f"task {task.name!r}: unknown split {split!r}; use one of {list(task.splits)}"
+        )
     return TokenizedSplit(task.splits[split])
 
 

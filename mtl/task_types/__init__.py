@@ -33,9 +33,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
             ) from None
         if isinstance(cls, type) and issubclass(cls, TaskType):
             return cls
-        raise MtlError(
-            f"task.{task}.type={type_name!r} is not a mtl.task_types.TaskType subclass"
-        )
+        raise MtlError(f"task.{task}.type={type_name!r} is not a mtl.task_types.TaskType subclass")
     raise MtlError(
         f"task.{task}.type={type_name!r} is not a task type; choose one of {', '.join(BUILTIN)} "
         "or give the import path of a TaskType subclass"

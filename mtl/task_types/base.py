@@ -145,4 +145,6 @@ def names_from_values(values: Sequence[Any], where: str) -> list[str]:
         return sorted(set(values))
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
         return [str(i) for i in range(int(max(values)) + 1)]
-    raise MtlError(f"{where}: labels must be all names (str) or all ids (int >= 0); give label_names")
+    raise MtlError(
+        f"{where}: labels must be all names (str) or all ids (int >= 0); give label_names"
+    )

@@ -67,7 +67,11 @@ class SequenceClassification(TaskType):
 class Regression(TaskType):
     """One real value per text or text pair; mean squared error."""
 
-    metric_functions = {"pearson": metrics.pearson, "spearman": metrics.spearman, "mse": metrics.mse}
+    metric_functions = {
+        "pearson": metrics.pearson,
+        "spearman": metrics.spearman,
+        "mse": metrics.mse,
+    }
     default_metrics = ("pearson", "spearman", "mse")
     label_dtype = np.float32
 

@@ -52,7 +52,9 @@ class TokenClassification(TaskType):
         return names_from_values([tag for tags in labels for tag in tags], f"task {self.name!r}")
 
     def encode(self, rows, tokenizer, label_names, where):
-        words = [t.split() if isinstance(t, str) else list(t) for t in rows[self.config.text_column]]
+        words = [
+            t.split() if isinstance(t, str) else list(t) for t in rows[self.config.text_column]
+        ]
         tags = rows[self.config.label_column]
         for w, t in zip(words, tags, strict=True):
             if len(w) != len(t):
@@ -69,7 +71,9 @@ class TokenClassification(TaskType):
             out, previous = [], None
             for word in enc.word_ids(row):
                 first = word is not None and word != previous
-                out.append(label_id(row_tags[word], ids, len(ids), where) if first else IGNORE_INDEX)
+                out.append(
+                    label_id(row_tags[word], ids, len(ids), where) if first else IGNORE_INDEX
+                )
                 previous = word
             labels.append(out)
         return {

@@ -21,9 +21,7 @@ def test_bundled_task_builds_with_consistent_columns(name):
     assert task.type == BUNDLED_TASKS[name][0]
     for ds in (task.train, task.dev):
         assert len(ds) > 0
-        assert {"input_ids", "labels", "length", "example_id"} <= set(
-            ds.column_names
-        )
+        assert {"input_ids", "labels", "length", "example_id"} <= set(ds.column_names)
         assert list(ds["example_id"]) == list(range(len(ds)))
         for ids, mask, length, labels in zip(
             ds["input_ids"], ds["attention_mask"], ds["length"], ds["labels"], strict=True

@@ -100,6 +100,6 @@ def test_sharded_dev_covers_every_example(tasks):
 
 def test_unknown_split_raises(tasks):
     with pytest.raises(MtlError, match="unknown split 'test'"):
-        make_task_loader(tasks["regression"], "test", batch_size=4)
+        task_dataset(tasks["regression"], "test")
     with pytest.raises(MtlError, match="unknown split 'val'"):
         task_dataset(tasks["regression"], "val")
