@@ -2,7 +2,8 @@
 
 Nothing here downloads. Each bundled task is `{"bundled": name, ...options}` in `build_task`;
 `bundled_rows(name, seed=..., **options)` returns `(task_type, label_names, train, dev)` with rows
-`{"text": ..., "label": ...}` and a split that depends only on the seed and the options.
+in the columns of the task type (`{"text": ..., "label": ...}` for the single-text ones) and a
+split that depends only on the seed and the options.
 
 The pydoc tasks
 ---------------
@@ -34,6 +35,27 @@ different text, and a topic missing from `TOPIC_CLASSES` is skipped with a warni
   definition, over the whole paragraph; text is the de-quoted words). Bimodal: code blocks are
   1.0. Chance: predicting the train mean (0.279), Pearson 0, dev RMSE 0.355.
 
+Three more are built from the same paragraph split, within each side, so no paragraph of dev
+is seen in train (their rows are not `{"text", "label"}`; see each function for the details):
+- `pydoc_pair` (sequence_classification with `text_pair`; different/same): do two passages
+  come from the same help topic? A passage is consecutive paragraphs of one topic joined to at
+  least 40 words; each passage is the `text` of one "same" and one "different" row, so the
+  labels are exactly balanced. 1,318 train / 184 dev rows. Chance 0.5; word-set Jaccard above
+  the train median scores 0.745 on dev.
+- `pydoc_choice` (multiple_choice: context, question, 4 choices, label index): which of four
+  section headings ("The "assert" statement", "String Methods", ...) a paragraph is from; the
+  other three are drawn from the remaining headings, the right one's position is uniform.
+  1,558 / 275 rows. Chance 0.25; matching the words of each heading's train paragraphs scores
+  0.82 on dev.
+- `pydoc_qa` (question_answering, SQuAD columns): "What goes in the blank? <a sentence with
+  one quoted code span replaced by ___>", answered by that span (quotes excluded) in a context
+  of its paragraph between the split's previous and next paragraphs of the same topic. Up to
+  two questions a paragraph, from different sentences: 908 / 156 rows. Finding the blank's
+  neighbouring words in the context gives 0.98 exact match: the task checks that the QA
+  pipeline learns to point, not reading. Chance (a random quoted span of the context): 0.33.
+  `pydoc_qa_v2` is the same with 12.5% of the questions moved to a context from another topic
+  and no answer (SQuAD 2.0 style).
+
 The generated tasks
 -------------------
 Sentences of words from a small built-in vocabulary, lengths lognormal (median 12 words,
@@ -44,6 +66,12 @@ from the other themes, between filler words.
 - `synthetic_tag` (token_classification, tags ANIMAL/FOOD/VEHICLE/O): each word's theme
   (O for fillers, about half the words).
 - `synthetic_reg` (regression): the fraction of words that are animals (mean 0.14).
+- `synthetic_pair` (sequence_classification with `text_pair`): do two sentences share their
+  theme (same/different, about balanced)? Chance 0.5.
+- `synthetic_choice` (multiple_choice): which of four words (one of the sentence's theme, three
+  of the others) belongs with the sentence. Chance 0.25.
+- `synthetic_qa` (question_answering): "Which animal/food/vehicle is named first?", asked of a
+  theme the sentence has; the answer is that word. Sentences without a theme word are skipped.
 """
 
 from __future__ import annotations
@@ -280,14 +308,249 @@ def _synthetic_rows(name: str, size: int, seed: int) -> list[Row]:
     return rows
 
 
+@lru_cache(maxsize=128)
+def _pydoc_title(topic: str) -> str:
+    """The heading of a help topic: "The "assert" statement", "String Methods", ..."""
+    from pydoc_data.topics import topics
+
+    return topics[topic].splitlines()[0].strip()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _passages(paragraphs: list[tuple[str, str]], min_words: int) -> list[tuple[str, str]]:
+    """Consecutive paragraphs of one topic joined until a passage has `min_words` words."""
+    passages: list[tuple[str, str]] = []
+    for topic, text in paragraphs:
+        if passages and passages[-1][0] == topic and len(passages[-1][1].split()) < min_words:
+            passages[-1] = (topic, passages[-1][1] + "\n\n" + text)
+        else:
+            passages.append((topic, text))
+    return passages
+
+
+def _pair_rows(paragraphs: list[tuple[str, str]], rng: np.random.Generator) -> list[Row]:
+    """Two rows per passage that shares its topic with another: one "same", one "different"."""
+    passages = _passages(paragraphs, PAIR_MIN_WORDS)
+    by_topic: dict[str, list[int]] = {}
+    for i, (topic, _) in enumerate(passages):
+        by_topic.setdefault(topic, []).append(i)
+    rows = []
+    for i, (topic, text) in enumerate(passages):
+        same = [passages[j][1] for j in by_topic[topic] if j != i]
+        if not same:
+            continue
+        different = [other for t, other in passages if t != topic]
+        rows.append({"text": text, "text_pair": same[rng.integers(len(same))], "label": "same"})
+        partner = different[rng.integers(len(different))]
+        rows.append({"text": text, "text_pair": partner, "label": "different"})
+    return rows
+
+
+def _choice_rows(
+    paragraphs: list[tuple[str, str]], titles: list[str], rng: np.random.Generator
+) -> list[Row]:
+    """Each paragraph with its topic's heading and three other headings, in random order."""
+    rows = []
+    for topic, text in paragraphs:
+        right = _pydoc_title(topic)
+        others = [title for title in titles if title != right]
+        choices = [others[j] for j in rng.choice(len(others), 3, replace=False)]
+        label = int(rng.integers(4))
+        choices.insert(label, right)
+        rows.append(
+            {"context": text, "question": CHOICE_QUESTION, "choices": choices, "label": label}
+        )
+    return rows
+
+
+_SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z\"*(])")
+_BULLET = re.compile(r"^(\* |- |\d+\. )")
+
+
+def _cloze_spans(text: str) -> list[tuple[int, int, re.Match[str]]]:
+    """(sentence start, sentence end, quoted span) for each blankable code span of flat text."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    sentences = list(zip([0, *ends], [*ends, len(text)], strict=True))
+    spans = []
+    for match in _QUOTED.finditer(text):
+        code = match.group(1)
+        if len(code) > 40 or '"' in code:
+            continue
+        for start, end in sentences:
+            if (
+                start <= match.start()
+                and match.end() <= end
+                and 6 <= len(text[start:end].split()) <= 50
+            ):
+                spans.append((start, end, match))
+    return spans
+
+
+def _qa_rows(
+    records: list[tuple[int, str, str, bool]],
+    rng: np.random.Generator,
+    unanswerable: float = 0.0,
+) -> list[Row]:
+    """Fill-the-blank questions on quoted code, answered in the paragraph and its neighbours.
+
+    `records` are (index, topic, text, is_code_block) of one split, in reference order. Up to two
+    questions per prose paragraph, from different sentences; the context is the paragraph between
+    the split's previous and next paragraphs of the same topic. With `unanswerable` > 0, that
+    share of the questions is moved to the context of a paragraph from another topic.
+    """
+    texts = [text if is_code else _flat(text) for _, _, text, is_code in records]
+    rows = []
+    for k, (index, topic, _, is_code) in enumerate(records):
+        spans = [] if is_code else _cloze_spans(texts[k])
+        if not spans:
+            continue
+        window = [j for j in (k - 1, k, k + 1) if 0 <= j < len(records) and records[j][1] == topic]
+        context = "\n\n".join(texts[j] for j in window)
+        offset = sum(len(texts[j]) + 2 for j in window if j < k)  # after the previous one
+        used_sentences = set()
+        for n in rng.permutation(len(spans)):
+            start, end, match = spans[n]
+            if start in used_sentences or len(used_sentences) == 2:
+                continue
+            used_sentences.add(start)
+            text = texts[k]
+            sentence = text[start : match.start()] + "___" + text[match.end() : end]
+            sentence = _BULLET.sub("", sentence.strip())
+            rows.append(
+                {
+                    "id": f"pydoc-{index}-{start}",
+                    "question": f"What goes in the blank? {sentence}",
+                    "context": context,
+                    "answers": {
+                        "text": [match.group(1)],
+                        "answer_start": [offset + match.start(1)],
+                    },
+                    "topic": topic,
+                }
+            )
+    if unanswerable:
+        _move_questions(rows, unanswerable, rng)
+    for row in rows:
+        del row["topic"]
+    return rows
+
+
+def _move_questions(rows: list[Row], share: float, rng: np.random.Generator) -> None:
+    """Give `share` of the rows the context of a row from another topic, and no answer."""
+    contexts = list(dict.fromkeys((row["topic"], row["context"]) for row in rows))
+    for i in sorted(rng.choice(len(rows), round(share * len(rows)), replace=False)):
+        row = rows[i]
+        parts = [part.strip() for part in row["question"].split("? ", 1)[1].split("___")]
+        candidates = [
+            context
+            for topic, context in contexts
+            if topic != row["topic"] and not any(part and part in context for part in parts)
+        ]
+        row["context"] = candidates[rng.integers(len(candidates))]
+        row["answers"] = {"text": [], "answer_start": []}
+        row["id"] += "-x"
+
+
+def _pydoc_split_rows(
+    name: str, train_index: list[int], dev_index: list[int], seed: int
+) -> tuple[list[Row], list[Row]]:
+    """Rows of pydoc_pair, pydoc_choice and pydoc_qa(_v2), built within each side of the split."""
+    records = _pydoc_records()
+    titles = sorted({_pydoc_title(topic) for topic, _, _ in records})
+    splits = []
+    for part, index in enumerate((train_index, dev_index)):
+        rng = np.random.default_rng([seed, part])
+        if name == "pydoc_pair":
+            splits.append(_pair_rows([records[i][:2] for i in index], rng))
+        elif name == "pydoc_choice":
+            splits.append(_choice_rows([records[i][:2] for i in index], titles, rng))
+        else:
+            share = QA_UNANSWERABLE if name == "pydoc_qa_v2" else 0.0
+            splits.append(_qa_rows([(i, *records[i]) for i in index], rng, share))
+    return splits[0], splits[1]
+
+
+_SYNTHETIC_SINGULAR = {"ANIMAL": "animal", "FOOD": "food", "VEHICLE": "vehicle"}
+
+
+def _synthetic_multi_rows(name: str, size: int, seed: int) -> list[Row]:
+    """Rows of synthetic_pair, synthetic_choice and synthetic_qa (see the module docstring)."""
+    sentences = _synthetic_sentences(size, seed)
+    rng = np.random.default_rng([seed, 1])
+    themes = sorted(_THEMES)
+    by_theme = {theme: [i for i, s in enumerate(sentences) if s[0] == theme] for theme in themes}
+    rows: list[Row] = []
+    for i, (theme, words, tags) in enumerate(sentences):
+        text = " ".join(words)
+        if name == "synthetic_pair":
+            same = i % 2 == 0 and len(by_theme[theme]) > 1
+            partners = (
+                [j for j in by_theme[theme] if j != i]
+                if same
+                else [j for j, s in enumerate(sentences) if s[0] != theme]
+            )
+            if not partners:
+                continue
+            partner = " ".join(sentences[partners[rng.integers(len(partners))]][1])
+            rows.append(
+                {"text": text, "text_pair": partner, "label": "same" if same else "different"}
+            )
+        elif name == "synthetic_choice":
+            other = [word for t in themes if t != theme for word in _THEMES[t]]
+            choices = [str(word) for word in rng.choice(other, 3, replace=False)]
+            label = int(rng.integers(4))
+            choices.insert(label, str(rng.choice(_THEMES[theme])))
+            question = "Which word belongs with this sentence?"
+            rows.append({"context": text, "question": question, "choices": choices, "label": label})
+        else:
+            present = [t for t in themes if t in tags]
+            if not present:
+                continue
+            asked = present[rng.integers(len(present))]
+            position = tags.index(asked)
+            start = sum(len(word) + 1 for word in words[:position])
+            rows.append(
+                {
+                    "id": f"synthetic-{i}",
+                    "question": f"Which {_SYNTHETIC_SINGULAR[asked]} is named first?",
+                    "context": text,
+                    "answers": {"text": [words[position]], "answer_start": [start]},
+                }
+            )
+    return rows
+
+
+CHOICE_QUESTION = "Which section of the Python reference is this paragraph from?"
+QA_UNANSWERABLE = 0.125
+PAIR_LABELS = ["different", "same"]
+PAIR_MIN_WORDS = 40
+
 BUNDLED_TASKS: dict[str, tuple[str, list[str] | None]] = {
     "pydoc_topic": ("sequence_classification", TOPIC_CLASS_NAMES),
     "pydoc_code": ("token_classification", ["CODE", "O"]),
     "pydoc_code_share": ("regression", None),
+    "pydoc_pair": ("sequence_classification", PAIR_LABELS),
+    "pydoc_choice": ("multiple_choice", None),
+    "pydoc_qa": ("question_answering", None),
+    "pydoc_qa_v2": ("question_answering", None),
     "synthetic_cls": ("sequence_classification", sorted(_SYNTHETIC_THEME_NAMES.values())),
     "synthetic_tag": ("token_classification", [*sorted(_THEMES), "O"]),
     "synthetic_reg": ("regression", None),
+    "synthetic_pair": ("sequence_classification", PAIR_LABELS),
+    "synthetic_choice": ("multiple_choice", None),
+    "synthetic_qa": ("question_answering", None),
 }
+_SPLIT_WITHIN = {"pydoc_pair", "pydoc_choice", "pydoc_qa", "pydoc_qa_v2"}
+
+
+def _split(n: int, seed: int, dev_fraction: float) -> tuple[list[int], list[int]]:
+    """(train, dev) indices of n rows, each sorted: a seeded permutation cut at dev_fraction."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_dev = min(max(1, round(dev_fraction * n)), n - 1)
+    return sorted(order[n_dev:].tolist()), sorted(order[:n_dev].tolist())
 
 
 def bundled_rows(
@@ -297,21 +560,26 @@ def bundled_rows(
 
     dev_fraction defaults to 0.15 for the pydoc tasks and 0.2 for the generated ones; `size` is
     the number of generated sentences (ignored by the pydoc tasks). The split is a seeded
-    permutation of the rows, so the three pydoc tasks share it for the same seed.
+    permutation of the paragraphs (of the rows for the generated tasks), so all pydoc tasks share
+    it for the same seed; the pair, choice and QA rows are then built within each split.
     """
     if name not in BUNDLED_TASKS:
         raise MtlError(f"unknown bundled task {name!r}: choose one of {sorted(BUNDLED_TASKS)}")
+    task_type, label_names = BUNDLED_TASKS[name]
     if name.startswith("pydoc"):
-        rows = _pydoc_rows(name)
         dev_fraction = 0.15 if dev_fraction is None else dev_fraction
+        train_index, dev_index = _split(len(_pydoc_records()), seed, dev_fraction)
+        if name in _SPLIT_WITHIN:
+            train, dev = _pydoc_split_rows(name, train_index, dev_index, seed)
+            return task_type, label_names, train, dev
+        rows = _pydoc_rows(name)
     else:
         if size < 2:
             raise MtlError(f"bundled task {name!r}: size must be at least 2, got {size}")
-        rows = _synthetic_rows(name, size, seed)
+        if name in ("synthetic_cls", "synthetic_tag", "synthetic_reg"):
+            rows = _synthetic_rows(name, size, seed)
+        else:
+            rows = _synthetic_multi_rows(name, size, seed)
         dev_fraction = 0.2 if dev_fraction is None else dev_fraction
-    order = np.random.default_rng(seed).permutation(len(rows))
-    n_dev = min(max(1, round(dev_fraction * len(rows))), len(rows) - 1)
-    task_type, label_names = BUNDLED_TASKS[name]
-    dev = [rows[i] for i in sorted(order[:n_dev])]
-    train = [rows[i] for i in sorted(order[n_dev:])]
-    return task_type, label_names, train, dev
+        train_index, dev_index = _split(len(rows), seed, dev_fraction)
+    return task_type, label_names, [rows[i] for i in train_index], [rows[i] for i in dev_index]

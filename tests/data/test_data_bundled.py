@@ -1,5 +1,10 @@
+import re
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 from datasets import disable_progress_bars
 
 from mtl.data import BUNDLED_TASKS, TOPIC_CLASSES, build_task, load_tokenizer, pydoc_paragraphs
@@ -15,7 +20,14 @@ def build(name, **kwargs):
     return build_task(name, type=task_type, source=source, tokenizer=load_tokenizer(), **kwargs)
 
 
-@pytest.mark.parametrize("name", sorted(BUNDLED_TASKS))
+PAIR_TASKS = ("pydoc_pair", "synthetic_pair")
+CHOICE_TASKS = ("pydoc_choice", "synthetic_choice")
+QA_TASKS = ("pydoc_qa", "pydoc_qa_v2", "synthetic_qa")
+SINGLE_TEXT_TASKS = sorted(set(BUNDLED_TASKS) - {*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS})
+TASK_CONF = Path(__file__).parents[2] / "mtl" / "conf" / "task"
+
+
+@pytest.mark.parametrize("name", SINGLE_TEXT_TASKS)
 def test_bundled_task_builds_with_consistent_columns(name):
     task = build(name, max_examples=200)
     assert task.type == BUNDLED_TASKS[name][0]
@@ -101,3 +113,208 @@ def test_unknown_bundled_name_and_wrong_type_raise():
         build_task(
             "t", type="regression", source={"bundled": "pydoc_code"}, tokenizer=load_tokenizer()
         )
+
+
+# Pair, multiple-choice and QA tasks: their rows only (their task types encode them).
+
+WORD = re.compile(r"[a-z_]+")
+
+
+def words(text):
+    return set(WORD.findall(text.lower()))
+
+
+def check_row(name, row):
+    task_type, label_names = BUNDLED_TASKS[name]
+    if name in PAIR_TASKS:
+        assert task_type == "sequence_classification" and label_names == ["different", "same"]
+        assert set(row) == {"text", "text_pair", "label"} and row["label"] in label_names
+        assert isinstance(row["text"], str) and isinstance(row["text_pair"], str)
+        assert row["text"] and row["text_pair"] and row["text"] != row["text_pair"]
+    elif name in CHOICE_TASKS:
+        assert task_type == "multiple_choice" and label_names is None
+        assert set(row) == {"context", "question", "choices", "label"}
+        assert row["context"] and row["question"]
+        assert len(row["choices"]) == len(set(row["choices"])) == 4
+        assert all(isinstance(choice, str) and choice for choice in row["choices"])
+        assert type(row["label"]) is int and 0 <= row["label"] < 4
+    else:
+        assert task_type == "question_answering" and label_names is None
+        assert set(row) == {"id", "question", "context", "answers"}
+        assert isinstance(row["id"], str) and row["question"] and row["context"]
+        answers = row["answers"]
+        assert set(answers) == {"text", "answer_start"}
+        assert len(answers["text"]) == len(answers["answer_start"]) <= 1
+        for text, start in zip(answers["text"], answers["answer_start"], strict=True):
+            assert text and type(start) is int
+            assert row["context"][start : start + len(text)] == text
+
+
+@pytest.mark.parametrize("name", [*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS])
+def test_new_task_rows_have_the_task_type_schema(name):
+    _, _, train, dev = bundled_rows(name)
+    for row in train + dev:
+        check_row(name, row)
+    if name in QA_TASKS:
+        ids = [row["id"] for row in train + dev]
+        assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("name", [*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS])
+def test_new_tasks_are_deterministic_for_a_seed(name):
+    assert bundled_rows(name, seed=5) == bundled_rows(name, seed=5)
+    assert bundled_rows(name, seed=5)[3] != bundled_rows(name, seed=6)[3]
+
+
+def paragraphs_of(name, rows):
+    """The reference paragraphs a pydoc row is built from."""
+    if name == "pydoc_pair":
+        texts = [t for row in rows for t in (row["text"], row["text_pair"])]
+    else:
+        texts = [row["context"] for row in rows]
+    return {" ".join(p.split()) for text in texts for p in text.split("\n\n")}
+
+
+@pytest.mark.parametrize("name", ["pydoc_pair", "pydoc_choice", "pydoc_qa", "pydoc_qa_v2"])
+def test_new_pydoc_tasks_keep_the_paragraph_split(name):
+    _, _, topic_train, topic_dev = bundled_rows("pydoc_topic", seed=2)
+    _, _, train, dev = bundled_rows(name, seed=2)
+    assert paragraphs_of(name, dev) <= {" ".join(row["text"].split()) for row in topic_dev}
+    assert paragraphs_of(name, train) <= {" ".join(row["text"].split()) for row in topic_train}
+    assert not paragraphs_of(name, train) & paragraphs_of(name, dev)
+
+
+def test_pydoc_pair_sizes_and_balance():
+    _, _, train, dev = bundled_rows("pydoc_pair")
+    assert 1000 < len(train) < 2000 and 150 < len(dev) < 300
+    for rows in (train, dev):
+        counts = Counter(row["label"] for row in rows)
+        assert counts["same"] == counts["different"]  # exactly balanced: chance 0.5
+        # Each passage is the first text of one "same" and one "different" row.
+        assert Counter(Counter(row["text"] for row in rows).values()) == {2: len(rows) // 2}
+
+
+def test_pydoc_choice_sizes_and_labels():
+    _, _, train, dev = bundled_rows("pydoc_choice")
+    _, _, topic_train, topic_dev = bundled_rows("pydoc_topic")
+    assert (len(train), len(dev)) == (len(topic_train), len(topic_dev))  # one row a paragraph
+    labels = Counter(row["label"] for row in train)
+    assert set(labels) == {0, 1, 2, 3} and max(labels.values()) < 0.3 * len(train)
+    assert len({row["choices"][row["label"]] for row in train}) > 60  # most section headings
+
+
+@pytest.mark.parametrize("name", ["pydoc_qa", "pydoc_qa_v2"])
+def test_pydoc_qa_sizes_and_unanswerable_share(name):
+    _, _, train, dev = bundled_rows(name)
+    assert 600 < len(train) < 2000 and 100 < len(dev) < 400
+    for rows in (train, dev):
+        share = np.mean([not row["answers"]["text"] for row in rows])
+        assert share == (0 if name == "pydoc_qa" else pytest.approx(0.125, abs=0.01))
+    for row in train + dev:
+        assert row["question"].startswith("What goes in the blank? ")
+        assert row["question"].count("___") == 1
+
+
+def test_pydoc_qa_v2_questions_without_answer_are_not_in_their_context():
+    _, _, train, _ = bundled_rows("pydoc_qa_v2")
+    answerable = {row["id"]: row for row in bundled_rows("pydoc_qa")[2]}
+    unanswerable = [row for row in train if not row["answers"]["text"]]
+    for row in unanswerable:
+        original = answerable[row["id"].removesuffix("-x")]
+        assert row["question"] == original["question"]
+        for part in row["question"].removeprefix("What goes in the blank? ").split("___"):
+            assert part.strip() not in row["context"] or not part.strip()
+        assert original["context"] != row["context"]
+    assert len(unanswerable) > 0.1 * len(train)
+
+
+def test_synthetic_new_tasks_follow_size():
+    for name in (*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS):
+        if name.startswith("synthetic"):
+            _, _, train, dev = bundled_rows(name, size=50, seed=1)
+            assert 45 <= len(train) + len(dev) <= 50 and len(dev) >= 9
+
+
+# Learnability: simple lexical baselines clearly beat chance on dev, so an encoder can learn them.
+
+
+def pair_baseline(train, dev):
+    """Word-set Jaccard above the train median means "same"; dev accuracy."""
+
+    def jaccard(row):
+        a, b = words(row["text"]), words(row["text_pair"])
+        return len(a & b) / max(1, len(a | b))
+
+    threshold = np.median([jaccard(row) for row in train])
+    return np.mean([(jaccard(row) > threshold) == (row["label"] == "same") for row in dev])
+
+
+def choice_baseline(train, dev):
+    """Pick the choice whose train contexts share the most (idf-weighted) words; dev accuracy."""
+    profile = {}
+    for row in train:
+        profile.setdefault(row["choices"][row["label"]], Counter()).update(words(row["context"]))
+    df = Counter(word for counts in profile.values() for word in counts)
+
+    def score(context, choice):
+        counts = profile.get(choice, Counter())
+        total = sum(counts.values()) or 1
+        return sum(counts[w] / total * np.log(len(profile) / df[w]) for w in context if counts[w])
+
+    picks = [np.argmax([score(words(r["context"]), c) for c in r["choices"]]) for r in dev]
+    return np.mean([pick == row["label"] for pick, row in zip(picks, dev, strict=True)])
+
+
+def qa_baseline(dev):
+    """Find the question's words around the blank in the context; the quoted span there."""
+    hits = []
+    for row in dev:
+        left, right = row["question"].removeprefix("What goes in the blank? ").split("___")
+        pattern = r"\s*\"(.+?)\"\s*".join(
+            re.escape(" ".join(part)) for part in (left.split()[-3:], right.split()[:3])
+        )
+        match = re.search(pattern, row["context"])
+        hits.append((match.group(1) if match else None) in (row["answers"]["text"] or [None]))
+    return np.mean(hits)
+
+
+def test_lexical_baselines_beat_chance():
+    assert pair_baseline(*bundled_rows("pydoc_pair")[2:]) > 0.68  # chance 0.5
+    assert pair_baseline(*bundled_rows("synthetic_pair", size=400)[2:]) > 0.62
+    assert choice_baseline(*bundled_rows("pydoc_choice")[2:]) > 0.7  # chance 0.25
+    assert choice_baseline(*bundled_rows("synthetic_choice", size=400)[2:]) > 0.6
+    assert qa_baseline(bundled_rows("pydoc_qa")[3]) > 0.95
+    # Chance for QA: a uniformly random quoted span of the context.
+    dev = bundled_rows("pydoc_qa")[3]
+    assert np.mean([1 / len(re.findall(r"\"[^\"\s]", row["context"])) for row in dev]) < 0.45
+
+
+def test_synthetic_qa_answer_is_the_first_word_of_the_asked_theme():
+    from mtl.data.bundled import _THEMES
+
+    singular = {"animal": "ANIMAL", "food": "FOOD", "vehicle": "VEHICLE"}
+    for row in bundled_rows("synthetic_qa")[2]:
+        theme = singular[row["question"].split()[1]]
+        first = next(w for w in row["context"].split() if w in _THEMES[theme])
+        assert row["answers"]["text"] == [first]
+        assert row["context"][: row["answers"]["answer_start"][0]].split().count(first) == 0
+
+
+@pytest.mark.parametrize("name", ["pydoc_pair", "pydoc_choice", "pydoc_qa"])
+def test_most_rows_fit_the_max_length_of_their_task_yaml(name):
+    conf = yaml.safe_load((TASK_CONF / f"{name}.yaml").read_text())
+    assert conf["source"] == {"bundled": name} and conf["type"] == BUNDLED_TASKS[name][0]
+    tokenizer = load_tokenizer()
+    dev = bundled_rows(name)[3]
+    if name in PAIR_TASKS:
+        lengths = [len(tokenizer(r["text"], r["text_pair"])["input_ids"]) for r in dev]
+    elif name in CHOICE_TASKS:
+        lengths = [
+            len(tokenizer(r["context"], f"{r['question']} {c}")["input_ids"])
+            for r in dev
+            for c in r["choices"]
+        ]
+    else:
+        lengths = [len(tokenizer(r["question"], r["context"])["input_ids"]) for r in dev]
+    assert np.median(lengths) < 0.75 * conf["max_length"]
+    assert np.mean(np.array(lengths) > conf["max_length"]) < 0.2
