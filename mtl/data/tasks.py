@@ -107,9 +107,9 @@ def _build_task(
     seed: int,
     max_examples: int | None,
 ) -> Task:
-    train, dev, label_names = read_source(
-        name, type, source, text_column, label_column, label_names, dev_fraction, seed
-    )
+    read = read_source(name, source, seed=seed, dev_fraction=dev_fraction)
+    train, dev = read.splits["train"], read.splits["dev"]
+    label_names = list(label_names) if label_names is not None else read.label_names
     splits = {}
     for split, ds in (("train", train), ("dev", dev)):
         if len(ds) == 0:
