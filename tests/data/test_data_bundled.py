@@ -99,7 +99,7 @@ def test_synthetic_size_option_and_seed():
 def test_unknown_bundled_name_and_wrong_type_raise():
     with pytest.raises(MtlError, match="unknown bundled task 'nope'"):
         build_task("t", type="regression", source={"bundled": "nope"}, tokenizer=load_tokenizer())
-    with pytest.raises(MtlError, match="'t'.*token_classification"):
+    with pytest.raises(MtlError, match="task 't'"):  # pydoc_code's tags are not numbers
         build_task(
             "t", type="regression", source={"bundled": "pydoc_code"}, tokenizer=load_tokenizer()
         )
