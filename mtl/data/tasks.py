@@ -94,20 +94,13 @@ def build_task_from_config(
     """`build_task` from a typed task config (`mtl.config.TaskConfig`)."""
     task_type = task_type_class(config.type, name)(name, config)
     with _quiet_datasets():
-        train, dev, source_labels = read_source(
-            name,
-            config.type,
-            dict(config.source),
-            config.text_column,
-            config.label_column,
-            config.label_names,
-            config.dev_fraction,
-            seed,
-        )
-        raw = {"train": train, "dev": dev}
+        source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
+        raw = dict(source.splits)
         for split, ds in raw.items():
             raw[split] = _checked(ds, task_type, split, max_examples)
-        label_names = config.label_names or source_labels or _feature_names(raw["train"], config)
+        label_names = (
+            config.label_names or source.label_names or _feature_names(raw["train"], config)
+        )
         if label_names is None:
             label_names = task_type.infer_label_names(raw["train"][config.label_column])
         label_names = list(label_names) if label_names is not None else None

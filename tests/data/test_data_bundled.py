@@ -35,10 +35,8 @@ def test_bundled_task_builds_with_consistent_columns(name):
         assert len(ds) > 0
         assert {"input_ids", "labels", "length", "example_id"} <= set(ds.column_names)
         assert list(ds["example_id"]) == list(range(len(ds)))
-        for ids, mask, length, labels in zip(
-            ds["input_ids"], ds["attention_mask"], ds["length"], ds["labels"], strict=True
-        ):
-            assert length == len(ids) == sum(mask) <= 256
+        for ids, length, labels in zip(ds["input_ids"], ds["length"], ds["labels"], strict=True):
+            assert length == len(ids) <= 256
             if task.type == "token_classification":
                 assert len(labels) == length
                 assert all(-100 <= y < task.num_labels for y in labels)
@@ -109,7 +107,7 @@ def test_synthetic_size_option_and_seed():
 def test_unknown_bundled_name_and_wrong_type_raise():
     with pytest.raises(MtlError, match="unknown bundled task 'nope'"):
         build_task("t", type="regression", source={"bundled": "nope"}, tokenizer=load_tokenizer())
-    with pytest.raises(MtlError, match="'t'.*token_classification"):
+    with pytest.raises(MtlError, match="task 't'"):  # pydoc_code's tags are not numbers
         build_task(
             "t", type="regression", source={"bundled": "pydoc_code"}, tokenizer=load_tokenizer()
         )

@@ -1,5 +1,6 @@
 import json
 
+import datasets
 import pandas as pd
 import pytest
 from datasets import disable_progress_bars
@@ -17,6 +18,12 @@ TAG_ROWS = [
     {"text": ["a", "dog", "barked"], "label": ["O", "ANIMAL", "O"]},
 ] * 5
 REG_ROWS = [{"text": f"value {i}", "label": i / 10} for i in range(20)]
+
+
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path, monkeypatch):
+    """Builders cache under a tmp HF_DATASETS_CACHE, not the user's."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
 
 
 def write(path, rows):
@@ -101,13 +108,15 @@ def test_empty_file_missing_column_bad_file_raise(tmp_path):
     path = write(tmp_path / "cls.jsonl", CLS_ROWS)
     with pytest.raises(MtlError, match="task 'm'.*column 'sentence' missing"):
         build("m", {"path": path}, text_column="sentence")
-    with pytest.raises(MtlError, match="task 'x'.*\\.txt"):
-        build("x", {"path": str(tmp_path / "data.txt")})
+    xml = tmp_path / "data.xml"
+    xml.write_text("<rows/>")
+    with pytest.raises(MtlError, match="task 'x'.*data\\.xml"):
+        build("x", {"path": str(xml)})
     with pytest.raises(MtlError, match="task 'y'.*does not exist"):
         build("y", {"path": str(tmp_path / "missing.jsonl")})
     with pytest.raises(MtlError, match="task.z.type='ranking' is not a task type"):
         build("z", {"path": path}, type="ranking")
-    with pytest.raises(MtlError, match="task 'w'.*'bundled', 'path' or 'hub'"):
+    with pytest.raises(MtlError, match="task 'w'.*'bundled', 'path', 'train' or 'hub'"):
         build("w", {"url": "x"})
 
 
