@@ -23,12 +23,15 @@ class MixupLoader(CompositeLoader):
 
     Merging: every task batch is right-padded to the longest sequence of the step
     (`input_ids` with `pad_token_id`, `attention_mask` and `token_type_ids` with 0, 2-D labels
-    with -100), the rows are concatenated and then shuffled. The merged batch is::
+    with -100) and the tasks' rows are interleaved at random, each task's rows keeping their
+    order (a task's rows, such as one example's choices, stay together in order when taken out
+    by `task_ids`). It concatenates batches; it does not interpolate examples (the "mixup" of
+    data augmentation). The merged batch is::
 
         {"input_ids": Long[N, L], "attention_mask": Long[N, L],
          "token_type_ids": Long[N, L] (only if some task has it; 0 where a task has none),
          "task_ids": Long[N] (index into "tasks"), "tasks": [all task names, given order],
-         "labels": {task: its rows' labels, in the order those rows appear in the batch},
+         "labels": {task: its batch's labels, in its rows' order (as they appear in the batch)},
          "example_ids": Long[N] (only if every task batch has it),
          "num_tokens": int (the sum of the task batches' `num_tokens`, if every one has it)}
 
@@ -44,7 +47,7 @@ class MixupLoader(CompositeLoader):
     - `steps_per_epoch=N`: N steps, every task in every step; tasks restart a pass whenever they
       run out and continue across epochs.
 
-    Random: only the row shuffle, from `np.random.default_rng([seed, epoch, step])`, the same on
+    Random: only the interleaving, from `np.random.default_rng([seed, epoch, step])`, the same on
     every process and on resume. Batch order within a task comes from its sampler, which gets
     `set_epoch(pass)` for every new pass. `target_shares()` are shares of rows, estimated from
     each task's mean batch size `len(dataset) / len(loader)` (1 where a loader has no dataset).
@@ -65,7 +68,7 @@ class MixupLoader(CompositeLoader):
         if not isinstance(pad_token_id, (int, np.integer)) or isinstance(pad_token_id, bool):
             raise MtlError(f"pad_token_id: got {pad_token_id!r}; use an integer token id")
         self.pad_token_id = int(pad_token_id)
-        self._layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list]] = {}
+        self._layouts: dict[tuple[int, ...], tuple[np.ndarray, list]] = {}
 
     def options(self) -> dict[str, Any]:
         return {**super().options(), "pad_token_id": self.pad_token_id}
@@ -100,13 +103,14 @@ class MixupLoader(CompositeLoader):
         ids = [batch["input_ids"] for _, batch in batches]
         sizes = tuple(x.shape[0] for x in ids)
         length = max(x.shape[1] for x in ids)
-        source, offsets, spans = self._layout(sizes)
+        source, spans = self._layout(sizes)
         n_rows = len(source)
-        # Row j of the output is concatenated row perm[j]; the routing is done in numpy.
-        perm = np.random.default_rng([self.seed, epoch, step]).permutation(n_rows)
-        task_of_row = source[perm]  # position in `batches` of each output row
-        # Output rows grouped by task, in output order: their concatenated rows minus offsets.
-        local = perm[task_of_row.argsort(kind="stable")] - offsets
+        # The tasks' rows are interleaved at random, each task's rows keeping their own order
+        # (so rows that belong together, like an example's choices, stay in order): draw which
+        # task fills each output row, then fill each task's rows in order.
+        task_of_row = np.random.default_rng([self.seed, epoch, step]).permutation(source)
+        perm = np.empty(n_rows, dtype=np.int64)  # output row j is concatenated row perm[j]
+        perm[np.argsort(task_of_row, kind="stable")] = np.arange(n_rows)
 
         def merged(key: str, pad: int) -> torch.Tensor:
             parts = [batch.get(key) for _, batch in batches]
@@ -122,11 +126,11 @@ class MixupLoader(CompositeLoader):
         out["task_ids"] = torch.from_numpy(task_numbers[task_of_row])
         out["tasks"] = list(self.names)
         out["labels"] = {}
-        for (t, batch), (a, b) in zip(batches, spans, strict=True):
+        for t, batch in batches:
             labels = batch["labels"]
             if labels.ndim == 2:
                 labels = _pad_to(labels, length, -100)
-            out["labels"][self.names[t]] = _take(labels, local[a:b])
+            out["labels"][self.names[t]] = labels
         if all("example_ids" in batch for _, batch in batches):
             example_ids = torch.cat([batch["example_ids"] for _, batch in batches])
             out["example_ids"] = _take(example_ids, perm)
@@ -134,16 +138,15 @@ class MixupLoader(CompositeLoader):
             out["num_tokens"] = sum(batch["num_tokens"] for _, batch in batches)
         return out
 
-    def _layout(self, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, list]:
-        """For batches of these sizes concatenated: each row's batch, its batch's first row, and
-        the (start, end) rows of every batch. Cached: a run sees few distinct size tuples."""
+    def _layout(self, sizes: tuple[int, ...]) -> tuple[np.ndarray, list]:
+        """For batches of these sizes concatenated: each row's batch and the (start, end) rows
+        of every batch. Cached: a run sees few distinct size tuples."""
         layout = self._layouts.get(sizes)
         if layout is None:
             ends = np.cumsum(sizes)
             starts = ends - sizes
             layout = (
                 np.repeat(np.arange(len(sizes)), sizes),
-                np.repeat(starts, sizes),
                 list(zip(starts.tolist(), ends.tolist(), strict=True)),
             )
             if len(self._layouts) >= 64:

@@ -1,4 +1,4 @@
-"""MixupLoader: one batch of every task per step, padded, concatenated and row-shuffled."""
+"""MixupLoader: one batch of every task per step, padded, concatenated and interleaved."""
 
 import numpy as np
 import pytest
@@ -143,3 +143,16 @@ def test_merge_falls_back_to_torch_for_tensors_numpy_cannot_view():
     assert torch.equal(fast, slow.detach())
     assert fast[1].tolist() == [*parts[0][0].tolist(), -1.0] and fast[2].eq(0).all()
     assert torch.equal(_take(grads[2], np.array([2, 0])).detach(), parts[2][[2, 0]])
+
+
+def test_each_task_keeps_the_order_of_its_own_rows(make_tasks):
+    tasks = make_tasks({"a": 12, "b": 12}, 6)
+    own = {name: [b["example_ids"].tolist() for b in loader] for name, loader in tasks.items()}
+    loader = MixupLoader(make_tasks({"a": 12, "b": 12}, 6), seed=3)
+    interleaved = False
+    for step, batch in enumerate(loader):
+        ids, task_ids = batch["example_ids"].tolist(), batch["task_ids"].tolist()
+        for t, name in enumerate(batch["tasks"]):
+            assert [i for i, k in zip(ids, task_ids, strict=True) if k == t] == own[name][step]
+        interleaved |= task_ids != sorted(task_ids)
+    assert interleaved
