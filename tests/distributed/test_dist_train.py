@@ -43,14 +43,15 @@ ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
 ACCELERATE += ["--num_processes", "2", "--main_process_port", "0"]
 
 
-def torchrun(
+def start(
     *args: str,
     cwd: Path,
     env: dict | None = None,
     launcher: list[str] = TORCHRUN,
     script: Path = ROOT / "train.py",
 ) -> subprocess.Popen:
-    """Start a 2-process launch of `script` with COMMON and the task set unless args pick one."""
+    """Start a 2-process launch (torchrun unless told) of `script` with COMMON, and the task
+    set unless args pick one."""
     if not any(arg.startswith("task=") for arg in args):
         args = (*TASK_ARGS, *args)
     flags = [arg for arg in args if arg == "-m"]  # Hydra's flags go before the overrides
@@ -74,7 +75,7 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
 
 
 def launch(*args: str, cwd: Path, launcher: list[str] = TORCHRUN) -> str:
-    code, output = finish(torchrun(*args, cwd=cwd, launcher=launcher))
+    code, output = finish(start(*args, cwd=cwd, launcher=launcher))
     assert code == 0, output[-4000:]
     return output
 
@@ -182,7 +183,7 @@ def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
     with one line naming the fix, and every process exits with status 2."""
     script = tmp_path / "wrong_device_train.py"
     script.write_text(WRONG_DEVICE.format(root=str(ROOT)))
-    code, output = finish(torchrun(cwd=tmp_path, script=script), timeout=120)
+    code, output = finish(start(cwd=tmp_path, script=script), timeout=120)
     assert code != 0
     errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
     assert errors == [
@@ -394,19 +395,19 @@ def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
     (tmp_path / "faulty_sampler.py").write_text(FAULTY_SAMPLER)
     started = time.perf_counter()
     procs = {
-        "nan": torchrun(
+        "nan": start(
             "task=[synthetic_cls,badreg]",
             f"hydra.searchpath=[file://{extra.parent}]",
             "loader=round_robin",
             cwd=tmp_path,
         ),
-        "bad example": torchrun(
+        "bad example": start(
             "sampler=random",
             "sampler._target_=faulty_sampler.FaultyBatchSampler",
             cwd=tmp_path,
             env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
         ),
-        "rank-dependent seed": torchrun("seed='${oc.decode:${oc.env:RANK}}'", cwd=tmp_path),
+        "rank-dependent seed": start("seed='${oc.decode:${oc.env:RANK}}'", cwd=tmp_path),
     }
     results = {}
     for name, proc in procs.items():
