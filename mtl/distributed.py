@@ -7,6 +7,11 @@ that every process trains the same thing, and a per-step trace for tests.
   and ranks other than 0 are told not to write Hydra's `.hydra/` files or log file. So a launch
   gets one run folder whatever the start skew of its processes, and the folder name carries
   microseconds, so two launches started in the same second get two folders.
+- `make_accelerator()` runs the launcher's processes as one run on whatever device is there:
+  without a device accelerate can spread processes over (GPU, XPU, NPU, ...), a launch of
+  several processes is a multi-CPU run, as `trainer.cpu=true` would make it (accelerate itself
+  would give each process a run of its own). A process count that differs from the launcher's
+  is refused at start with one MtlError.
 - `check_same_run()` all-gathers a fingerprint of the config and the loader's schedule: ranks that
   would train different things (and desynchronise or hang) are refused with one MtlError.
 - `Tracer` writes `trace_rank<r>.jsonl` (`trainer.trace=true`): one line per optimizer step with
@@ -79,14 +84,42 @@ def start_launch(timeout_s: float = 600.0) -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+def launcher_world_size() -> int:
+    """How many processes the launcher started: torchrun's and accelerate's `WORLD_SIZE`, or an
+    MPI launcher's size (the variables accelerate reads for a multi-CPU run)."""
+    for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 1
+
+
+def has_distributed_device() -> bool:
+    """Whether accelerate can put several processes on a device here: the devices its
+    `PartialState` tries for a launch (CUDA, XPU with xccl, NPU, HPU, MLU, MUSA, SDAA, Neuron,
+    XLA). Without one it makes a multi-process run only when told `cpu=True`."""
+    from accelerate import utils
+
+    if torch.cuda.is_available():
+        return True
+    if utils.is_xpu_available() and utils.is_xccl_available():
+        return True
+    others = ["is_torch_xla_available", "is_npu_available", "is_hpu_available", "is_mlu_available"]
+    others += ["is_musa_available", "is_sdaa_available", "is_neuron_available"]  # newer releases
+    return any(getattr(utils, name, lambda: False)() for name in others)
+
+
 def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
-    """The run's `Accelerator` from the trainer settings (`mtl.config.TrainerConfig`)."""
+    """The run's `Accelerator` from the trainer settings (`mtl.config.TrainerConfig`): one
+    process of the launcher's run, on CPU with `trainer.cpu` or where no device can hold the
+    launcher's processes. MtlError (one line) when accelerate sees another process count."""
     from accelerate import Accelerator, DistributedDataParallelKwargs
     from accelerate.utils import InitProcessGroupKwargs
 
     export_slurm_env()
+    world = launcher_world_size()
     accelerator = Accelerator(
-        cpu=trainer.cpu,
+        # Without cpu=True, accelerate runs each process of a CPU-only launch on its own.
+        cpu=trainer.cpu or (world > 1 and not has_distributed_device()),
         mixed_precision=trainer.mixed_precision,
         # Gradient accumulation is done in the loop (it knows where an epoch ends), and the
         # schedule counts optimizer steps: step it once per optimizer step, not once per process.
@@ -99,8 +132,23 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
             InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s)),
         ],
     )
+    check_world_size(accelerator.num_processes, world, accelerator.distributed_type.value)
     set_timeout(trainer.dist_timeout_s)  # also when train.py started the process group
     return accelerator
+
+
+def check_world_size(processes: int, world: int, distributed_type: str) -> None:
+    """Refuse a run whose processes would each train on their own (or in a group of another
+    size) than the launch: each would log every step and write its own summary."""
+    if processes == world:
+        return
+    err = MtlError(
+        f"accelerate sees {processes} process(es) ({distributed_type}) but the launcher started "
+        f"{world}; set trainer.cpu=true to run the {world} processes on CPU, or "
+        f"launch one process per device (--nproc_per_node / --num_processes)"
+    )
+    err.all_ranks = True
+    raise err
 
 
 def export_slurm_env() -> None:

@@ -1,7 +1,9 @@
-"""Two CPU processes on gloo (`torchrun --standalone --nproc_per_node 2 train.py ...`).
+"""Two CPU processes on gloo (`torchrun --standalone --nproc_per_node 2 train.py ...`, and
+`accelerate launch --multi_gpu --num_processes 2`) with the default trainer config: no
+`trainer.cpu=true`, as a user on a CPU-only machine would launch them.
 
-Every launch asserts that it really ran with 2 processes (the trace headers) and sets a short
-process-group timeout, so a hang fails in seconds. Several checks share one launch (Hydra `-m`
+Every launch asserts that it really ran as one run of 2 processes (the trace headers) and sets a
+short process-group timeout, so a hang fails in seconds. Several checks share one launch (Hydra `-m`
 sweeps of a multi-process job) to keep the suite to a few minutes on 2 cores.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +30,6 @@ TASK_ARGS = [f"task=[{','.join(TASKS)}]", "task.synthetic_reg.source.size=24"]
 COMMON = [
     "debug=fast",
     "trainer.max_steps=null",
-    "trainer.cpu=true",
     "trainer.trace=true",
     "trainer.dist_timeout_s=20",
 ]
@@ -35,13 +37,26 @@ COMMON = [
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
-def torchrun(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+# On a machine without GPUs, as a user would type it; port 0: a free one.
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+ACCELERATE += ["--num_processes", "2", "--main_process_port", "0"]
+
+
+def start(
+    *args: str,
+    cwd: Path,
+    env: dict | None = None,
+    launcher: list[str] = TORCHRUN,
+    script: Path = ROOT / "train.py",
+) -> subprocess.Popen:
+    """Start a 2-process launch (torchrun unless told) of `script` with COMMON, and the task
+    set unless args pick one."""
     if not any(arg.startswith("task=") for arg in args):
         args = (*TASK_ARGS, *args)
     flags = [arg for arg in args if arg == "-m"]  # Hydra's flags go before the overrides
     overrides = [arg for arg in args if arg != "-m"]
-    command += ["--nproc_per_node", "2", str(ROOT / "train.py"), *flags, *COMMON, *overrides]
+    command = [*launcher, str(script), *flags, *COMMON, *overrides]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
     full_env.pop("MTL_LAUNCH_TIME", None)
     return subprocess.Popen(
@@ -59,8 +74,8 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
     return proc.returncode, out + err
 
 
-def launch(*args: str, cwd: Path) -> str:
-    code, output = finish(torchrun(*args, cwd=cwd))
+def launch(*args: str, cwd: Path, launcher: list[str] = TORCHRUN) -> str:
+    code, output = finish(start(*args, cwd=cwd, launcher=launcher))
     assert code == 0, output[-4000:]
     return output
 
@@ -111,8 +126,73 @@ def assert_disjoint_shards(run_dir: Path, ranks: list[list[dict]], exact: bool) 
                 assert sum(ids.values()) - size < 2 * 16, (task, epoch)
 
 
+def assert_logged_once(run_dir: Path, ranks: list[list[dict]], mixup: bool) -> None:
+    """metrics.jsonl has each traced step once, with shares counted over every rank's
+    micro-batches (all-reduced), summing to 1."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    logged = [m for m in metrics if "loss" in m]
+    assert [m["step"] for m in logged] == [r["step"] for r in ranks[0]]
+    for m, *rows in zip(logged, *ranks, strict=True):
+        counts = Counter()
+        for row in rows:
+            for micro in row["micro"]:
+                for task, ids in micro["example_ids"].items():
+                    counts[task] += len(ids) if mixup else 1
+        total = sum(counts.values())
+        for task in TASKS:
+            assert m[f"share/{task}"] == pytest.approx(counts[task] / total)
+        assert sum(m[f"share/{t}"] for t in TASKS) == pytest.approx(1.0)
+
+
 def sweep_jobs(sweep: Path) -> list[Path]:
     return sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: int(p.name))
+
+
+@pytest.mark.parametrize("launcher", [TORCHRUN, ACCELERATE], ids=["torchrun", "accelerate"])
+def test_dist_default_config_is_one_run(tmp_path, launcher):
+    """A 2-process launch on CPU without trainer.cpu=true is one run of world size 2: both
+    traces say so, each step is logged once with shares over both ranks, one summary."""
+    run_dir = tmp_path / "run"
+    output = launch(
+        "loader=random",
+        "sampler=random",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        launcher=launcher,
+    )
+    assert "cpu: false" in (run_dir / ".hydra" / "config.yaml").read_text()
+    ranks = read_trace(run_dir)
+    assert_ranks_in_step(ranks)
+    assert_disjoint_shards(run_dir, ranks, exact=True)
+    assert_logged_once(run_dir, ranks, mixup=False)
+    assert len(re.findall(r"^task +type +metric +dev$", output, re.MULTILINE)) == 1
+
+
+WRONG_DEVICE = """
+import sys
+sys.path.insert(0, {root!r})
+import mtl.distributed
+mtl.distributed.has_distributed_device = lambda: True  # accelerate finds none: 1 process each
+from mtl.cli import train
+train()
+"""
+
+
+def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
+    """Where accelerate would run each process on its own, the launch stops before training
+    with one line naming the fix, and every process exits with status 2."""
+    script = tmp_path / "wrong_device_train.py"
+    script.write_text(WRONG_DEVICE.format(root=str(ROOT)))
+    code, output = finish(start(cwd=tmp_path, script=script), timeout=120)
+    assert code != 0
+    errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
+    assert errors == [
+        "mtl: error: accelerate sees 1 process(es) (NO) but the launcher started 2; set "
+        "trainer.cpu=true to run the 2 processes on CPU, or launch one process per device "
+        "(--nproc_per_node / --num_processes)"
+    ], output[-3000:]
+    assert len(re.findall(r"exitcode\s*: 2\b", output)) == 2, output[-3000:]
+    assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
 def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
@@ -142,20 +222,7 @@ def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
             assert_disjoint_shards(job, ranks, exact=not mixup)
         assert "hydra/job_logging=stdout" not in (job / ".hydra" / "hydra.yaml").read_text()
         assert len(list(job.rglob("config.yaml"))) == 1
-        # Global shares: all-reduced counts, summing to 1, logged once (main process only).
-        metrics = [json.loads(line) for line in (job / "metrics.jsonl").open()]
-        logged = [m for m in metrics if "loss" in m]
-        assert [m["step"] for m in logged] == [r["step"] for r in ranks[0]]
-        for m, *rows in zip(logged, *ranks, strict=True):
-            counts = Counter()
-            for row in rows:
-                for micro in row["micro"]:
-                    for task, ids in micro["example_ids"].items():
-                        counts[task] += len(ids) if mixup else 1
-            total = sum(counts.values())
-            for task in TASKS:
-                assert m[f"share/{task}"] == pytest.approx(counts[task] / total)
-            assert sum(m[f"share/{t}"] for t in TASKS) == pytest.approx(1.0)
+        assert_logged_once(job, ranks, mixup)
 
 
 def test_dist_every_exhaust_policy_and_sampler_gives_equal_steps(tmp_path):
@@ -328,19 +395,19 @@ def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
     (tmp_path / "faulty_sampler.py").write_text(FAULTY_SAMPLER)
     started = time.perf_counter()
     procs = {
-        "nan": torchrun(
+        "nan": start(
             "task=[synthetic_cls,badreg]",
             f"hydra.searchpath=[file://{extra.parent}]",
             "loader=round_robin",
             cwd=tmp_path,
         ),
-        "bad example": torchrun(
+        "bad example": start(
             "sampler=random",
             "sampler._target_=faulty_sampler.FaultyBatchSampler",
             cwd=tmp_path,
             env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
         ),
-        "rank-dependent seed": torchrun("seed='${oc.decode:${oc.env:RANK}}'", cwd=tmp_path),
+        "rank-dependent seed": start("seed='${oc.decode:${oc.env:RANK}}'", cwd=tmp_path),
     }
     results = {}
     for name, proc in procs.items():
