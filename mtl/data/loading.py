@@ -92,7 +92,7 @@ def task_dataset(task: Task, split: str = "train") -> TokenizedSplit:
         raise MtlError(
             f"task {task.name!r}: unknown split {split!r}; use one of {list(task.splits)}"
         )
-    return TokenizedSplit(task.splits[split])
+    return task.task_type.dataset(task.splits[split])
 
 
 def task_loader(

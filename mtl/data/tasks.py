@@ -18,7 +18,6 @@ from datasets import ClassLabel, Dataset
 from datasets import Sequence as SequenceFeature
 from transformers import PreTrainedTokenizerBase
 
-from mtl.data.collators import TaskCollator
 from mtl.data.sources import read_source
 from mtl.errors import MtlError
 from mtl.task_types import TaskType, task_type_class
@@ -47,15 +46,9 @@ class Task:
         """Output size of the head: the number of classes or tags; 1 for regression."""
         return self.task_type.num_labels(self.label_names)
 
-    def collator(self, pad_to_multiple_of: int | None = None) -> TaskCollator:
-        """Pads this task's rows into batches (`TaskCollator`)."""
-        return TaskCollator(
-            self.name,
-            pad_token_id=self.pad_token_id,
-            pad_to_multiple_of=pad_to_multiple_of,
-            label_dtype=self.task_type.label_dtype,
-            token_labels=self.task_type.token_labels,
-        )
+    def collator(self, pad_to_multiple_of: int | None = None):
+        """Pads this task's rows into batches (its task type's collator)."""
+        return self.task_type.collator(self.pad_token_id, pad_to_multiple_of)
 
 
 def build_task(

@@ -26,9 +26,11 @@ class TaskType:
     """One kind of task. Built once per task from its config (`mtl.config.TaskConfig`).
 
     Encoding: `encode` turns a batch of source rows into model rows with the columns
-    `input_ids`, `labels`, `length` (tokens) and optionally `token_type_ids`; mtl adds
-    `example_id` (the source row) and batches rows with its collator, which pads `input_ids` and
-    `token_type_ids`, and pads `labels` with -100 when `token_labels` is true.
+    `input_ids`, `labels`, `length` (tokens the samplers sort and budget by) and optionally
+    `token_type_ids` and columns of its own; mtl adds `example_id` (the source row) unless
+    `encode` gives it (several model rows per source row). `dataset(split)` and
+    `collator(...)` read and pad those rows; the defaults pad `input_ids` and `token_type_ids`,
+    and `labels` with -100 when `token_labels` is true.
     Model: `make_head(hidden_size, num_labels, dropout)` returns an `nn.Module` with
     `forward(hidden [B, L, H], attention_mask [B, L]) -> logits` and `loss(logits, labels)`.
     Scoring: `predict(logits, batch)` gives one prediction per row (plain Python or numpy);
@@ -63,6 +65,26 @@ class TaskType:
         """A batch of source rows (column -> values) -> model rows (see the class docstring).
         `where` names the rows in error messages ("task 'x', train split")."""
         raise NotImplementedError
+
+    def dataset(self, split):
+        """The torch dataset the samplers index over an encoded split (rows with
+        `__getitems__`); by default `mtl.data.TokenizedSplit`."""
+        from mtl.data.loading import TokenizedSplit
+
+        return TokenizedSplit(split)
+
+    def collator(self, pad_token_id: int, pad_to_multiple_of: int | None = None):
+        """Pads this task's rows into a batch (`mtl.data.TaskCollator` by default). A batch has
+        `input_ids`, `attention_mask`, `labels`, `task`, `example_ids`, `num_tokens`."""
+        from mtl.data.collators import TaskCollator
+
+        return TaskCollator(
+            self.name,
+            pad_token_id=pad_token_id,
+            pad_to_multiple_of=pad_to_multiple_of,
+            label_dtype=self.label_dtype,
+            token_labels=self.token_labels,
+        )
 
     # -- model ------------------------------------------------------------------------------------
 
