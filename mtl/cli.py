@@ -65,7 +65,7 @@ def composition_error(err: Exception) -> str:
         return _missing_option(err)
     if isinstance(err, OverrideParseException):
         return f"cannot read the override {err.override!r}: {_first_line(err)}"
-    cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__
+    cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__ or err.__context__
     where = re.match(r"In '([^']+)'", str(err))
     in_file = f" (in {where.group(1)}.yaml)" if where else ""
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):

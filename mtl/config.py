@@ -236,7 +236,11 @@ def check_task_packages(
             continue
         name = path.rsplit("/", 1)[-1]
         if chosen.package != f"task.{name}":
-            found = f"'# @package {chosen.package}'" if chosen.package else "no @package line"
+            found = (
+                "no @package line naming its task"
+                if chosen.package == "task"
+                else f"'# @package {chosen.package}'"
+            )
             files = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
             where = files[0] if files else f"conf/{path}.yaml"
             raise MtlError(
