@@ -4,9 +4,10 @@
 `--config-dir conf` or `hydra.searchpath=[file://conf]` (on the command line or in a primary
 config of your own) adds a folder whose options sit beside mtl's (`conf/task/my_task.yaml` is
 `task=[my_task]`, `conf/task/glue/mnli.yaml` is `task=[glue/mnli]`), so it runs from any folder.
-A file with the same path as one of mtl's is shadowed by mtl's (Hydra searches mtl's folder
-first): give yours a name of its own. Relative paths in a config (data files) and the run folder
-(`outputs/`) are relative to the folder the command runs in (`hydra.job.chdir` is false).
+A file with the same path as one of mtl's would be hidden by mtl's (Hydra searches mtl's folder
+first), so a run that chooses it is refused: give yours a name of its own. Relative paths in a
+config (data files) and the run folder (`outputs/`) are relative to the folder the command runs
+in (`hydra.job.chdir` is false).
 
 Hydra looks up every option itself (user folders, search paths, plugins such as
 `hydra/launcher=joblib`); a config it cannot compose (unknown option, wrong type, unknown key)

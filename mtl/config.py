@@ -219,12 +219,19 @@ def check_task_overrides(overrides: list[str]) -> None:
             raise MtlError(f"task {names} given twice in task=[...]; list each task once")
 
 
-def check_task_packages(
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def check_chosen_files(
     config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
 ) -> None:
-    """Each chosen task file `task/[...]/<name>.yaml` must start `# @package task.<name>`;
-    a copied file that kept another task's header would silently merge into that task.
-    `folders`: the config folders searched, to name the file in the message."""
+    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
+
+    - a file in a user folder (`folders`, the config folders searched) with the same path as one
+      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
+    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
+      that kept another task's header would merge into that task.
+    """
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
@@ -232,6 +239,16 @@ def check_task_packages(
     defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
     for chosen in defaults:
         path = chosen.config_path or ""
+        own = CONF_DIR / f"{path}.yaml"
+        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
+        theirs = [f for f in theirs if f.resolve() != own.resolve()]
+        if own.is_file():
+            for hidden in theirs:
+                if hidden.read_text() != own.read_text():
+                    raise MtlError(
+                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
+                        "give yours a name of its own (for a task, with a matching @package line)"
+                    )
         if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
             continue
         name = path.rsplit("/", 1)[-1]
@@ -241,8 +258,7 @@ def check_task_packages(
                 if chosen.package == "task"
                 else f"'# @package {chosen.package}'"
             )
-            files = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
-            where = files[0] if files else f"conf/{path}.yaml"
+            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
             raise MtlError(
                 f"{where} has {found}; make its first line '# @package task.{name}' "
                 "(a task's package is its file name)"
@@ -256,7 +272,7 @@ def validate(cfg: DictConfig) -> Settings:
     if HydraConfig.initialized():  # not when composed by hand (tests, notebooks)
         hydra_cfg = HydraConfig.get()
         check_task_overrides(list(hydra_cfg.overrides.task))
-        check_task_packages(
+        check_chosen_files(
             hydra_cfg.job.config_name,
             [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
             [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],

@@ -17,7 +17,7 @@ from mtl.config import (
     MtlConfig,
     TaskConfig,
     TrainerConfig,
-    check_task_packages,
+    check_chosen_files,
     register_configs,
     validate,
 )
@@ -144,7 +144,7 @@ def test_a_task_package_that_is_not_its_file_name_is_refused(tmp_path, path, hea
     name = path.rsplit("/", 1)[-1]
     overrides = [f"hydra.searchpath=[file://{tmp_path}]", f"task=[synthetic_cls,{path}]"]
     with hydra_session(), pytest.raises(MtlError) as err:
-        check_task_packages("config", overrides, [str(tmp_path)])
+        check_chosen_files("config", overrides, [str(tmp_path)])
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(f"{tmp_path}/task/{path}.yaml {problem}")
@@ -157,6 +157,23 @@ def test_a_task_package_that_is_its_file_name_passes(tmp_path, path):
     write_task(tmp_path, path, f"task.{name}")
     overrides = [f"hydra.searchpath=[file://{tmp_path}]", f"task=[synthetic_cls,{path}]"]
     with hydra_session():
-        check_task_packages("config", overrides, [str(tmp_path)])
+        check_chosen_files("config", overrides, [str(tmp_path)])
         cfg = compose("config", overrides=overrides)
     assert sorted(validate(cfg).tasks) == sorted(["synthetic_cls", name])
+
+
+def test_a_user_file_hidden_by_one_of_mtl_s_is_refused(tmp_path):
+    write_task(tmp_path, "synthetic_cls", "synthetic_cls")
+    overrides = [f"hydra.searchpath=[file://{tmp_path}]", "task=[synthetic_cls]"]
+    with hydra_session(), pytest.raises(MtlError) as err:
+        check_chosen_files("config", overrides, [str(CONF), str(tmp_path)])
+    assert str(err.value).startswith(
+        f"{tmp_path}/task/synthetic_cls.yaml is hidden by mtl's own task/synthetic_cls.yaml"
+    )
+    # A copy that is the same as mtl's hides nothing; an unchosen file is not looked at.
+    (tmp_path / "task" / "synthetic_cls.yaml").write_text(
+        (CONF / "task" / "synthetic_cls.yaml").read_text()
+    )
+    write_task(tmp_path, "synthetic_reg", "synthetic_reg")
+    with hydra_session():
+        check_chosen_files("config", overrides, [str(CONF), str(tmp_path)])
