@@ -35,11 +35,10 @@ def _train(cfg: DictConfig) -> float | None:
     global _in_job
     from mtl.train import main
 
-    _in_job = True
-    try:
-        return main(cfg)
-    finally:
-        _in_job = False
+    _in_job = True  # stays set if main raises: a job's error keeps its traceback
+    result = main(cfg)
+    _in_job = False  # the next job of a sweep composes again
+    return result
 
 
 def train() -> None:
