@@ -1,17 +1,21 @@
-"""Schemas of the config groups that are plain settings (trainer, model, logger, data, task).
+"""The config schemas (dataclasses) and the checks of a composed config.
 
-`validate(cfg)` checks the composed config against these dataclasses (unknown keys, types) and
-their value rules, and raises `MtlError` with one line naming the key and the fix. Loader and
-sampler options are checked by the classes they build, when they are built.
+The dataclasses hold every setting's default and type, once. `register_configs()` stores them in
+Hydra's ConfigStore; the YAML files under `mtl/conf/` name their schema in their defaults list and
+only pick and override, so OmegaConf checks types and keys while Hydra composes. `validate(cfg)`
+then checks the value rules and the task files' `@package` lines, and raises `MtlError` with one
+line naming the key and the fix. Loader and sampler options are checked by the classes they
+build, when they are built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mtl.errors import MtlError
@@ -19,24 +23,27 @@ from mtl.errors import MtlError
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 3
-    max_steps: int | None = None
-    lr: float = 1e-4
-    head_lr: float = 1e-3
+    """The accelerate training loop (`mtl/train.py`); `conf/trainer/*.yaml` pick and override."""
+
+    epochs: int = 2
+    max_steps: int | None = None  # stop after this many optimizer steps (before the epochs end)
+    lr: float = 1e-4  # encoder learning rate
+    head_lr: float = 1e-3  # learning rate of the task heads
     weight_decay: float = 0.01
     warmup_ratio: float = 0.06
     grad_accum: int = 1
     max_grad_norm: float | None = 1.0
-    mixed_precision: str = "no"
-    cpu: bool = False
-    eval_every: int | None = None
+    mixed_precision: str = "no"  # no | fp16 | bf16
+    cpu: bool = False  # force CPU even where a GPU is present
+    eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
-    checkpoint_every: int | None = None
-    resume: str | None = None
-    log_every: int = 10
+    checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)
+    resume: str | None = None  # path of a checkpoint folder to continue from
+    log_every: int = 10  # optimizer steps per logged window
     progress_bar: bool = True
+    # Several processes: a collective waiting longer fails the run instead of hanging.
     dist_timeout_s: float = 600.0
-    trace: bool = False
+    trace: bool = False  # write trace_rank<r>.jsonl: tasks, example ids, loss, param hash per step
 
     def check(self) -> None:
         _at_least("trainer.epochs", self.epochs, 1)
@@ -57,12 +64,14 @@ class TrainerConfig:
 
 @dataclass
 class ModelConfig:
-    name_or_path: str | None = None
-    tokenizer: str | None = None
-    random_init: bool = False
-    config: dict[str, Any] = field(default_factory=dict)
+    """The shared encoder and the heads; the defaults are the packaged pretrained MiniLM."""
+
+    name_or_path: str | None = None  # null: the packaged MiniLM; or a hub name / local folder
+    tokenizer: str | None = None  # null: the model's own tokenizer
+    random_init: bool = False  # the architecture only, randomly initialised
+    config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
     head_dropout: float = 0.1
-    loss_weights: dict[str, float] = field(default_factory=dict)
+    loss_weights: dict[str, float] = field(default_factory=dict)  # {task: weight}, default 1.0
 
     def check(self) -> None:
         if not 0 <= self.head_dropout < 1:
@@ -74,10 +83,12 @@ class ModelConfig:
 
 @dataclass
 class LoggerConfig:
-    backend: str = "none"
+    """The tracker; figures always go to metrics.jsonl in the run folder as well."""
+
+    backend: str = "none"  # wandb | none
     project: str = "mtl"
     entity: str | None = None
-    mode: str = "offline"
+    mode: str = "offline"  # offline | online | disabled (W&B: offline needs no account)
     tags: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -87,7 +98,9 @@ class LoggerConfig:
 
 @dataclass
 class DataConfig:
-    max_examples: int | None = None
+    """Settings shared by every task's data."""
+
+    max_examples: int | None = None  # cap every task's train and dev split (smoke runs)
     num_workers: int = 0
     pin_memory: bool = False
     persistent_workers: bool = False
@@ -101,8 +114,10 @@ class DataConfig:
 
 @dataclass
 class TaskConfig:
-    type: str
-    source: dict[str, Any]
+    """One task, `conf/task/<name>.yaml` with the header `# @package task.<name>`."""
+
+    type: str  # sequence_classification | token_classification | regression
+    source: dict[str, Any]  # {bundled: name} | {path: file} | {hub: name, config: ...}
     batch_size: int = 32
     max_length: int = 256
     text_column: str = "text"
@@ -121,6 +136,43 @@ class TaskConfig:
         _at_least(f"task.{name}.max_length", self.max_length, 2)
         if not 0 < self.dev_fraction < 1:
             raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
+
+
+@dataclass
+class MtlConfig:
+    """The primary config (`conf/config.yaml`): every top-level key and its type.
+
+    `loader` and `sampler` are free-form: their `_target_` class checks its own arguments.
+    """
+
+    seed: int = 0
+    output_dir: str = "${hydra:runtime.output_dir}"  # the run folder: metrics, checkpoints, W&B
+    data: DataConfig = field(default_factory=DataConfig)
+    task: dict[str, TaskConfig] = field(default_factory=dict)
+    loader: Any = MISSING
+    sampler: Any = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+
+SCHEMAS = {
+    "mtl_schema": MtlConfig,
+    "trainer_schema": TrainerConfig,
+    "model_schema": ModelConfig,
+    "logger_schema": LoggerConfig,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore, where config files name them in their defaults
+    (`defaults: [/trainer_schema, _self_]`). Call before composing: `mtl-train` does; so must
+    code that composes by hand (`hydra.compose`). Storing again replaces, so it is idempotent."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        store.store(name=name, node=schema)
 
 
 def _at_least(key: str, value: int | None, low: int) -> None:
@@ -170,12 +222,64 @@ def check_task_overrides(overrides: list[str]) -> None:
             raise MtlError(f"task {names} given twice in task=[...]; list each task once")
 
 
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def check_chosen_files(
+    config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
+) -> None:
+    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
+
+    - a file in a user folder (`folders`, the config folders searched) with the same path as one
+      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
+    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
+      that kept another task's header would merge into that task.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    loader = GlobalHydra.instance().config_loader()
+    defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
+    for chosen in defaults:
+        path = chosen.config_path or ""
+        own = CONF_DIR / f"{path}.yaml"
+        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
+        theirs = [f for f in theirs if f.resolve() != own.resolve()]
+        if own.is_file():
+            for hidden in theirs:
+                if hidden.read_text() != own.read_text():
+                    raise MtlError(
+                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
+                        "give yours a name of its own (for a task, with a matching @package line)"
+                    )
+        if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
+            continue
+        name = path.rsplit("/", 1)[-1]
+        if chosen.package != f"task.{name}":
+            found = (
+                "no @package line naming its task"
+                if chosen.package == "task"
+                else f"'# @package {chosen.package}'"
+            )
+            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
+            raise MtlError(
+                f"{where} has {found}; make its first line '# @package task.{name}' "
+                "(a task's package is its file name)"
+            )
+
+
 def validate(cfg: DictConfig) -> Settings:
     """Check the composed config; returns typed settings or raises a one-line MtlError."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():  # not when composed by hand (tests, notebooks)
-        check_task_overrides(list(HydraConfig.get().overrides.task))
+        hydra_cfg = HydraConfig.get()
+        check_task_overrides(list(hydra_cfg.overrides.task))
+        check_chosen_files(
+            hydra_cfg.job.config_name,
+            [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
+            [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],
+        )
     tasks_node = cfg.get("task") or {}
     if not tasks_node:
         raise MtlError("no task selected: pick some with task=[name,...] (see mtl/conf/task/)")
@@ -197,41 +301,3 @@ def validate(cfg: DictConfig) -> Settings:
             f"use {sorted(settings.tasks)}"
         )
     return settings
-
-
-GROUPS = ("task", "loader", "sampler", "model", "trainer", "logger", "experiment", "debug")
-
-
-CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-def check_group_choices(args: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Before Hydra: an unknown config option (`task=[nope]`, `loader=mix`) as one line listing
-    the choices. Overrides that add config folders (`hydra.searchpath`) are left to Hydra."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    overrides = [a for a in args if "=" in a and not a.startswith("-")]
-    if any("searchpath" in a for a in overrides):
-        return
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception:  # Hydra reports malformed overrides itself
-        return
-    for override in parsed:
-        group = override.key_or_group.lstrip("+~")
-        if group not in GROUPS or override.is_delete():
-            continue
-        try:
-            values = (
-                override.sweep_iterator() if override.is_sweep_override() else [override.value()]
-            )
-            names = [n for v in values for n in (v if isinstance(v, list) else [v])]
-        except Exception:  # glob(...) and the like: Hydra expands and checks them
-            continue
-        known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-        unknown = [str(n) for n in names if str(n) not in known and n is not None]
-        if unknown:
-            raise MtlError(
-                f"unknown {group} {', '.join(map(repr, unknown))}; choose from "
-                f"{', '.join(known)} (conf/{group}/), or add conf/{group}/<name>.yaml"
-            )

@@ -45,7 +45,10 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from mtl.config import register_configs
+
     GlobalHydra.instance().clear()
+    register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
         return hydra_compose("config", overrides=overrides)
 

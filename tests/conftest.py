@@ -9,6 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from mtl.config import register_configs
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -21,6 +23,7 @@ def make_cfg(tmp_path):
 
     def make(*overrides: str, output_dir: Path | None = None):
         GlobalHydra.instance().clear()
+        register_configs()
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
             return compose(
                 "config",
