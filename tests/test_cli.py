@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # What the `mtl-train` console script runs, with this checkout's `mtl` on the path.
 MTL_TRAIN = [sys.executable, "-c", "import sys; from mtl.cli import train; sys.exit(train())"]
 LOADERS = "mixup, random, round_robin, sequential"
-TASKS = (
-    "conll2003, glue_sst2, glue_stsb, pydoc_code, pydoc_code_share, pydoc_topic, "
-    "synthetic_cls, synthetic_reg, synthetic_tag"
+TASKS = ", ".join(
+    sorted(
+        str(p.relative_to(ROOT / "mtl" / "conf" / "task").with_suffix(""))
+        for p in (ROOT / "mtl" / "conf" / "task").rglob("*.yaml")
+    )
 )
 
 
