@@ -116,7 +116,7 @@ class DataConfig:
 class TaskConfig:
     """One task, `conf/task/<name>.yaml` with the header `# @package task.<name>`."""
 
-    type: str  # sequence_classification | token_classification | regression
+    type: str  # a task type: a name in mtl.task_types.BUILTIN or module.Class
     source: dict[str, Any]  # {bundled: name} | {path: file} | {hub: name, config: ...}
     batch_size: int = 32
     max_length: int = 256
@@ -127,6 +127,11 @@ class TaskConfig:
     text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
     metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
     head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
+    question_column: str | None = None  # multiple choice (optional) and extractive QA
+    context_column: str | None = None  # extractive QA: the passage answers are taken from
+    choices_column: str | None = None  # multiple choice: a list of strings per row
+    answers_column: str | None = None  # extractive QA: {text: [...], answer_start: [...]}
+    stride: int = 128  # extractive QA: tokens shared by consecutive windows of a long context
 
     def check(self, name: str) -> None:
         from mtl.task_types import task_type_class

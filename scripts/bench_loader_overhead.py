@@ -8,7 +8,7 @@ any overhead shows), and reports microseconds per task batch drawn:
 - `sequential`, `round_robin`, `random` (each_once) and `mixup` (cycle_to_longest) beside
   `by_hand`: the same DataLoaders (same collate) iterated in a plain loop in the same order as
   the loader's schedule, a fresh iterator per pass. For mixup: one batch of each task per step,
-  cycling, merged by pad + cat + row permutation (the same `default_rng([seed, epoch, step])`
+  cycling, merged by pad + cat + random row interleaving (the same `default_rng([seed, epoch, step])`
   draw) of input_ids, attention_mask and labels, plus the permuted task ids a multi-task loop
   needs to route rows; the loader does this and also splits the labels per task;
 - peers, optional imports: Lightning `CombinedLoader` in mode `sequential` (beside our
@@ -106,18 +106,22 @@ def by_hand_zip(loaders: dict[str, DataLoader], steps: int) -> Iterator:
 
 
 def by_hand_mixup(loaders: dict[str, DataLoader], steps: int, epoch: int = 0) -> Iterator:
-    """Pad + cat + permute, as one would write it in a training loop, with the task ids."""
+    """Pad + cat + interleave the tasks' rows at random (each task's rows in order), as one
+    would write it in a training loop, with the task ids."""
     for step, batches in enumerate(by_hand_zip(loaders, steps)):
         width = max(b["input_ids"].shape[1] for b in batches)
         sizes = [len(b["labels"]) for b in batches]
-        perm = np.random.default_rng([0, epoch, step]).permutation(sum(sizes))
+        tasks = np.repeat(np.arange(len(batches)), sizes)
+        slots = np.random.default_rng([0, epoch, step]).permutation(tasks)
+        perm = np.empty(len(tasks), dtype=np.int64)
+        perm[np.argsort(slots, kind="stable")] = np.arange(len(tasks))
         order = torch.from_numpy(perm)
         yield {
             key: torch.cat([F.pad(b[key], (0, width - b[key].shape[1])) for b in batches])[order]
             for key in ("input_ids", "attention_mask")
         } | {
             "labels": torch.cat([b["labels"] for b in batches])[order],
-            "task_ids": torch.from_numpy(np.repeat(np.arange(len(batches)), sizes)[perm]),
+            "task_ids": torch.from_numpy(tasks[perm]),
         }
 
 
