@@ -7,7 +7,8 @@ config of your own) adds a folder whose options sit beside mtl's (`conf/task/my_
 A file with the same path as one of mtl's would be hidden by mtl's (Hydra searches mtl's folder
 first), so a run that chooses it is refused: give yours a name of its own. Relative paths in a
 config (data files) and the run folder (`outputs/`) are relative to the folder the command runs
-in (`hydra.job.chdir` is false).
+in (`hydra.job.chdir` is false), and modules in that folder can be named by `_target_` (it is
+on `sys.path`, as with `python -m`).
 
 Hydra looks up every option itself (user folders, search paths, plugins such as
 `hydra/launcher=joblib`); a config it cannot compose (unknown option, wrong type, unknown key)
@@ -48,6 +49,8 @@ def train() -> None:
     from mtl.distributed import start_launch
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
+    if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
+        sys.path.insert(0, os.getcwd())
     register_configs()
     try:
         start_launch()

@@ -174,8 +174,9 @@ def hydra_choices() -> dict:
 def print_summary(final: dict[str, float], tasks: dict) -> None:
     """Each task's main dev metric, one line per task."""
     width = max(len("task"), *(len(name) for name in tasks))
-    print(f"\n{'task':<{width}}  {'type':<24}  {'metric':<11}  dev")
+    kind = max(len("type"), *(len(task.type) for task in tasks.values()))
+    print(f"\n{'task':<{width}}  {'type':<{kind}}  {'metric':<11}  dev")
     for name, task in tasks.items():
         key = task.task_type.main_metric
         value = final.get(f"eval/{name}/{key}", float("nan"))
-        print(f"{name:<{width}}  {task.type:<24}  {key:<11}  {value:.4f}")
+        print(f"{name:<{width}}  {task.type:<{kind}}  {key:<11}  {value:.4f}")

@@ -159,7 +159,7 @@ def hf_interleave_row(loaders: dict[str, DataLoader]) -> Callable[[], Iterator] 
         from datasets import Dataset as HFDataset
         from datasets import disable_progress_bars, interleave_datasets
     except ImportError:
-        return 'datasets not installed: pip install -e .'
+        return "datasets not installed: pip install -e ."
     disable_progress_bars()
     batched = []
     for dl in loaders.values():

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtl.train import run
@@ -169,3 +170,54 @@ def test_grad_accum_steps_at_every_epoch_end(make_cfg, tmp_path):
     assert steps == [1, 2, 3, 4, 5, 6]
     epochs = [r["epoch"] for r in read_metrics(tmp_path / "run") if "loss" in r]
     assert epochs == [0, 0, 0, 1, 1, 1]
+
+
+def test_epochs_of_varying_length_all_run_to_the_end(make_cfg, tmp_path):
+    """random + exhaust=first: each epoch's length is its own; the LR horizon is their sum."""
+    from mtl.loaders import RandomLoader
+
+    run(
+        make_cfg(
+            "loader=random",
+            "loader.exhaust=first",
+            "loader.weighting=uniform",
+            "trainer.max_steps=null",
+            "trainer.epochs=4",
+            "trainer.log_every=3",
+            "data.max_examples=96",
+            "task.synthetic_cls.batch_size=8",
+        )
+    )
+    # The tasks' batches per pass with 96 examples each: 12 (batch 8), 6 and 6 (batch 16).
+    stand_in = RandomLoader(
+        {"synthetic_cls": range(12), "synthetic_tag": range(6), "synthetic_reg": range(6)},
+        weighting="uniform",
+        exhaust="first",
+    )
+    lengths = [len(stand_in.schedule(epoch)) for epoch in range(4)]
+    assert len(set(lengths)) > 1  # the epochs differ, or the test shows nothing
+    rows = read_metrics(tmp_path / "run")
+    logged = [r for r in rows if "loss" in r]
+    assert logged[-1]["step"] == sum(lengths)  # every epoch ran, the last window was logged
+    assert logged[-1]["lr"] == pytest.approx(0.0, abs=1e-12)  # the schedule reached its end
+    evals = [r["step"] for r in rows if any(k.startswith("eval/") for k in r)]
+    assert evals == list(np.cumsum(lengths))
+
+
+def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_path, capsys):
+    data = tmp_path / "long.jsonl"
+    words = " ".join(f"word{i}" for i in range(900))  # far more tokens than 512 positions
+    data.write_text("\n".join(json.dumps({"text": words, "label": i % 2}) for i in range(12)))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "long.yaml").write_text(
+        "# @package task.long\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\nmax_length: 4096\nbatch_size: 4\n"
+    )
+    final = run(make_cfg("task=[synthetic_cls,long]", f"hydra.searchpath=[file://{conf}]"))
+    warning = [line for line in capsys.readouterr().err.splitlines() if "max_length" in line]
+    assert warning == [
+        "mtl: warning: task 'long': max_length 4096 is more than the encoder takes "
+        "(512 tokens); using 512"
+    ]
+    assert "eval/long/accuracy" in final

@@ -1,6 +1,6 @@
 """Shared machinery of the batch samplers: validation, seeding, sharding and resume.
 
-A subclass implements only `_global_batches(rng)`: the whole epoch's batches, identical on every
+A subclass implements only `global_batches(rng)`: the whole epoch's batches, identical on every
 process because `rng` is `np.random.default_rng([seed, epoch])`. This base class drops the short
 batch (`drop_last`), pads the list for `num_replicas` and hands each rank its share.
 """
@@ -91,11 +91,11 @@ class BaseBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self._start = 0
 
-    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+    def global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         """All batches of one epoch for all ranks, in iteration order; at most one is short."""
         raise NotImplementedError
 
-    def _drop_short(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+    def drop_short(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """`drop_last=True`: the batches that remain; by default those of exactly `batch_size`."""
         return [batch for batch in batches if len(batch) == self.batch_size]
 
@@ -114,20 +114,20 @@ class BaseBatchSampler(Sampler[list[int]]):
             )
         self._start = int(k)
 
-    def _num_global_batches(self) -> int:
+    def num_global_batches(self) -> int:
         n_full, tail = divmod(len(self.lengths), self.batch_size)
         return n_full + (1 if tail and not self.drop_last else 0)
 
     def __len__(self) -> int:
         """Batches this rank yields in one full epoch (not reduced by `set_start`)."""
-        return -(-self._num_global_batches() // self.num_replicas)
+        return -(-self.num_global_batches() // self.num_replicas)
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's full batch list for `epoch` (exactly what iterating that epoch yields)."""
         rng = np.random.default_rng([self.seed, _check_epoch(epoch)])
-        batches = self._global_batches(rng)
+        batches = self.global_batches(rng)
         if self.drop_last:
-            batches = self._drop_short(batches)
+            batches = self.drop_short(batches)
         n_padding = -len(batches) % self.num_replicas
         if batches:
             batches += [batches[i % len(batches)] for i in range(n_padding)]

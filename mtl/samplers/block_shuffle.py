@@ -74,7 +74,7 @@ class BlockShuffleBatchSampler(BaseBatchSampler):
         top = int(self.lengths.max())
         self._exact_key = (top - self.lengths).astype(np.uint16) if top < 2**16 else -self.lengths
 
-    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+    def global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         n = len(self.lengths)
         perm = rng.permutation(n)
         if self.sort_noise > 0:

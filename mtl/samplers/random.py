@@ -23,5 +23,5 @@ class RandomBatchSampler(BaseBatchSampler):
       first batches (the only duplicates); rank `r` takes batches `r, r + num_replicas, ...`.
     """
 
-    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+    def global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         return cut_into_batches(rng.permutation(len(self.lengths)), self.batch_size)

@@ -161,13 +161,13 @@ class TokenBudgetBatchSampler(BaseBatchSampler):
             self._n_batches = min(n, count + margin)
         return self._n_batches
 
-    def _num_global_batches(self) -> int:
+    def num_global_batches(self) -> int:
         return self.n_batches - (1 if self.drop_last else 0)
 
-    def _drop_short(self, batches: list[np.ndarray]) -> list[np.ndarray]:
-        return batches  # `_global_batches` already dropped the tail batch
+    def drop_short(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        return batches  # `global_batches` already dropped the tail batch
 
-    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+    def global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         n = len(self.lengths)
         perm = rng.permutation(n)
         order, starts = self._cut(perm, self.chunk)

@@ -1,0 +1,1 @@
+"""A project of your own that trains with mtl: its own sampler, loader, head, metric and type."""

@@ -1,0 +1,45 @@
+"""A task type: star ratings (1-5) learned as one real value, scored as the nearest star."""
+
+import numpy as np
+
+from mtl import metrics
+from mtl.models.heads import RegressionHead
+from mtl.task_types import TaskType
+
+
+def mean_abs_error(predictions, references) -> float:
+    return float(np.mean(np.abs(np.asarray(predictions) - np.asarray(references))))
+
+
+class StarRating(TaskType):
+    """`text_column` -> a rating in 1..5 (`label_column`); trained with MSE on the value,
+    predicted as the nearest star; metrics `accuracy` (exact star) and `mae`."""
+
+    metric_functions = {"accuracy": metrics.accuracy, "mae": mean_abs_error}
+    default_metrics = ("accuracy", "mae")
+    label_dtype = np.float32
+
+    def columns(self) -> list[str]:
+        return [self.config.text_column, self.config.label_column]
+
+    def encode(self, rows, tokenizer, label_names, where):
+        enc = tokenizer(
+            rows[self.config.text_column], truncation=True, max_length=self.config.max_length
+        )
+        return {
+            "input_ids": enc["input_ids"],
+            "labels": [float(x) for x in rows[self.config.label_column]],
+            "length": [len(ids) for ids in enc["input_ids"]],
+        }
+
+    def num_labels(self, label_names) -> int:
+        return 1
+
+    def default_head(self, hidden_size, num_labels, dropout):
+        return RegressionHead(hidden_size, dropout=dropout)
+
+    def predict(self, logits, batch) -> list[int]:
+        return logits.float().reshape(-1).round().clamp(1, 5).int().cpu().tolist()
+
+    def prepare(self, predictions, references, label_names):
+        return np.asarray(predictions), np.rint(np.asarray(references)).astype(int)
