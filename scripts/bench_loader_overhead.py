@@ -8,7 +8,8 @@ any overhead shows), and reports microseconds per task batch drawn:
 - `sequential`, `round_robin`, `random` (each_once) and `mixup` (cycle_to_longest) beside
   `by_hand`: the same DataLoaders (same collate) iterated in a plain loop in the same order as
   the loader's schedule, a fresh iterator per pass. For mixup: one batch of each task per step,
-  cycling, merged by pad + cat + random row interleaving (the same `default_rng([seed, epoch, step])`
+  cycling, merged by pad + cat + random row interleaving (the same
+  `default_rng([seed, epoch, step])`
   draw) of input_ids, attention_mask and labels, plus the permuted task ids a multi-task loop
   needs to route rows; the loader does this and also splits the labels per task;
 - peers, optional imports: Lightning `CombinedLoader` in mode `sequential` (beside our
