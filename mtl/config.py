@@ -38,6 +38,7 @@ class TrainerConfig:
     eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
     checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)
+    keep_last: int | None = None  # keep only the N newest step checkpoints (null: all)
     resume: str | None = None  # path of a checkpoint folder to continue from
     log_every: int = 10  # optimizer steps per logged window
     progress_bar: bool = True
@@ -52,6 +53,7 @@ class TrainerConfig:
         _at_least("trainer.eval_every", self.eval_every, 1)
         _at_least("trainer.eval_batch_size", self.eval_batch_size, 1)
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 1)
+        _at_least("trainer.keep_last", self.keep_last, 1)
         _at_least("trainer.log_every", self.log_every, 1)
         if self.dist_timeout_s <= 0:
             raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl.checkpoint import TrainState, resolve_checkpoint, save_checkpoint
+from mtl.checkpoint import StopSignal, TrainState, resolve_checkpoint, save_checkpoint
 from mtl.config import Settings, validate
 from mtl.data import task_dataset
 from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
@@ -88,6 +88,8 @@ class Run:
     progress: Any = None
     last_eval: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1
+    stop: StopSignal | None = None
+    stopped: bool = False  # a stop signal arrived: checkpoint saved, no final evaluation
 
 
 @dataclass
@@ -105,8 +107,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
     r = build_run(cfg, validate(cfg))
     t = r.settings.trainer
     r.model.train()
-    while r.state.step < r.total_steps and r.state.epoch < t.epochs:
-        train_epoch(r)
+    with StopSignal() as r.stop:
+        while r.state.step < r.total_steps and r.state.epoch < t.epochs and not r.stopped:
+            train_epoch(r)
     return finish(r)
 
 
@@ -192,7 +195,7 @@ def train_epoch(r: Run) -> None:
             continue
         optimizer_step(r)
         after_step(r)
-        if r.state.step >= r.total_steps:
+        if r.state.step >= r.total_steps or r.stopped:
             return
     r.state.epoch += 1
     evaluate_now(r)
@@ -238,8 +241,11 @@ def after_step(r: Run) -> None:
         log_window(r)
     if t.eval_every and step % t.eval_every == 0:
         evaluate_now(r)
-    if t.checkpoint_every and step % t.checkpoint_every == 0:
-        save_checkpoint(r.accelerator, r.run_dir, step)
+    if r.stop is not None and r.stop.should_stop(r.accelerator):
+        r.accelerator.print(r.stop.message(step, r.run_dir), file=sys.stderr)
+        r.stopped = True
+    elif t.checkpoint_every and step % t.checkpoint_every == 0:
+        save_checkpoint(r.accelerator, r.run_dir, step, t.keep_last)
 
 
 def log_window(r: Run) -> None:
@@ -268,13 +274,16 @@ def evaluate_now(r: Run) -> None:
 
 
 def finish(r: Run) -> dict[str, float]:
-    """A final evaluation if the last one is older, the last checkpoint, results.json."""
-    if r.evaluated_at != r.state.step:  # stopped by max_steps, or resumed at the very end
+    """A final evaluation if the last one is older, the last checkpoint, results.json. After a
+    stop signal: only the checkpoint (`trainer.resume=<run folder>` continues from it)."""
+    if r.evaluated_at != r.state.step and not r.stopped:  # stopped by max_steps, or resumed
         evaluate_now(r)
-    save_checkpoint(r.accelerator, r.run_dir, r.state.step)
+    save_checkpoint(r.accelerator, r.run_dir, r.state.step, r.settings.trainer.keep_last)
     if r.progress is not None:
         r.progress.close()
     r.logger.close()
+    if r.stopped:
+        return r.last_eval
     if r.accelerator.is_main_process:
         print_summary(r.last_eval, r.tasks)
         results = {"step": r.state.step, **r.last_eval}

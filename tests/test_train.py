@@ -221,3 +221,45 @@ def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_pa
         "(512 tokens); using 512"
     ]
     assert "eval/long/accuracy" in final
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(tmp_path):
+    import signal
+    import time
+
+    common = [
+        "task=[synthetic_cls,synthetic_tag]",
+        "loader=random",
+        "trainer.max_steps=60",
+        "trainer.epochs=20",
+    ]
+    full = tmp_path / "full"
+    assert train_cli(*common, f"output_dir={full}", cwd=tmp_path).returncode == 0
+    part = tmp_path / "part"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *common, f"output_dir={part}", "debug=fast"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = part / "metrics.jsonl"
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 5):
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    stopped = [line for line in stderr.splitlines() if "SIGTERM" in line]
+    assert len(stopped) == 1 and "trainer.resume=" in stopped[0]
+    saved = sorted((part / "checkpoints").glob("step_*"))
+    assert len(saved) == 1
+    stop_step = int(saved[0].name.split("_")[1])
+    assert 5 <= stop_step < 60
+    resumed = tmp_path / "resumed"
+    result = train_cli(*common, f"trainer.resume={part}", f"output_dir={resumed}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected, got = losses_by_step(full), losses_by_step(resumed)
+    assert sorted(got) == list(range(stop_step + 1, 61))
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
