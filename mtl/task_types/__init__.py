@@ -10,6 +10,7 @@ from hydra.utils import get_class
 
 from mtl.errors import MtlError
 from mtl.task_types.base import TaskType
+from mtl.task_types.choice import MultipleChoice
 from mtl.task_types.classification import Regression, SequenceClassification
 from mtl.task_types.tagging import TokenClassification
 
@@ -17,6 +18,7 @@ BUILTIN: dict[str, type[TaskType]] = {
     "sequence_classification": SequenceClassification,
     "token_classification": TokenClassification,
     "regression": Regression,
+    "multiple_choice": MultipleChoice,
 }
 
 
@@ -42,6 +44,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
 
 __all__ = [
     "BUILTIN",
+    "MultipleChoice",
     "Regression",
     "SequenceClassification",
     "TaskType",
