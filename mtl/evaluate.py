@@ -55,15 +55,22 @@ def predict_split(model, task, accelerator, batch_size: int, split: str = "dev")
 def evaluate(
     model, tasks: dict, accelerator, batch_size: int, split: str = "dev", prefix: str = "eval"
 ) -> dict[str, float]:
-    """`{"<prefix>/<task>/<metric>": value}` over the whole `split` of every task."""
+    """`{"<prefix>/<task>/<metric>": value}` over the whole `split` of every task.
+
+    A task's extra splits named `<split>_<suffix>` (from its source, e.g. MNLI's
+    `dev_mismatched` next to `dev`) are scored too, as `<prefix>/<task>_<suffix>/<metric>`.
+    """
     net = accelerator.unwrap_model(model)
     was_training = net.training
     net.eval()
     results: dict[str, float] = {}
     for name, task in tasks.items():
-        predictions = predict_split(model, task, accelerator, batch_size, split)
-        scores = task.task_type.score(predictions, task.splits[split], task.label_names)
-        for metric, value in scores.items():
-            results[f"{prefix}/{name}/{metric}"] = value
+        extra = [s for s in task.splits if s.startswith(f"{split}_")]
+        for part in [split, *extra]:
+            predictions = predict_split(model, task, accelerator, batch_size, part)
+            scores = task.task_type.score(predictions, task.splits[part], task.label_names)
+            key = name + part.removeprefix(split)  # "mnli" or "mnli_mismatched"
+            for metric, value in scores.items():
+                results[f"{prefix}/{key}/{metric}"] = value
     net.train(was_training)
     return results

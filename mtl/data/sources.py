@@ -15,6 +15,13 @@ builders (cached under HF_DATASETS_CACHE). The forms of `source`:
       default splits are train/validation; `splits` without dev cuts dev from train. The older
       keys config, train_split and dev_split still work.
 
+Extra dev splits: hub `splits` and the train/dev/test form also take keys `dev_<suffix>`
+(`splits: {train: train, dev: validation_matched, dev_mismatched: validation_mismatched}`);
+they are kept as splits of their own, and evaluation scores each one as `<task>_<suffix>`.
+`list_columns: {choices: [ending0, ending1, ending2, ending3]}` (hub and file sources) adds a
+column holding, per row, the list of the named columns' values: for a task type that reads a
+list (multiple choice) from data that stores one column per item.
+
 File formats follow the extension (all files of one source share one): csv, tsv, json, jsonl,
 parquet, txt (one row per line, column "text"), optionally compressed (.gz, .bz2, .xz, .zst).
 Files and hub sources take `options: {...}`, keyword arguments of the builder (delimiter,
@@ -49,6 +56,7 @@ FORMATS = {  # extension -> (builder, its default options)
 }
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
 SPLITS = ("train", "dev", "test")
+EXTRA_DEV = re.compile(r"dev_\w+")  # extra dev splits: dev_mismatched, ...
 HUB_KEYS = {"hub", "name", "revision", "data_dir", "data_files", "splits", "options"}
 HUB_OLD_KEYS = {"config", "train_split", "dev_split"}  # older spellings of name and splits
 
@@ -57,7 +65,7 @@ HUB_OLD_KEYS = {"config", "train_split", "dev_split"}  # older spellings of name
 class Source:
     """The rows of a task's source, before any checks, label mapping or tokenization."""
 
-    splits: dict[str, Dataset]  # "train", "dev", and "test" when the source has one
+    splits: dict[str, Dataset]  # "train", "dev", "test" and "dev_<suffix>" where given
     label_names: list[str] | None  # bundled tasks' label names; None otherwise
 
 
@@ -83,6 +91,8 @@ def read_source(
             result = _read_hub(name, source)
         else:
             result = _read_files(name, source)
+        if "list_columns" in source:
+            result.splits = _list_columns(name, result.splits, source["list_columns"])
         if "dev" not in result.splits:
             result.splits = _cut_dev(name, result.splits, dev_fraction, seed)
     for split, ds in result.splits.items():
@@ -101,7 +111,7 @@ def _read_bundled(name: str, source: dict[str, Any], seed: int) -> Source:
 
 
 def _read_hub(name: str, source: dict[str, Any]) -> Source:
-    _check_keys(name, source, HUB_KEYS | HUB_OLD_KEYS, "a hub")
+    _check_keys(name, source, HUB_KEYS | HUB_OLD_KEYS | {"list_columns"}, "a hub")
     for new, old in (("name", ["config"]), ("splits", ["train_split", "dev_split"])):
         if new in source and set(old) & set(source):
             raise MtlError(f"task {name!r}: give either {new} or {'/'.join(old)}, not both")
@@ -131,11 +141,13 @@ def _read_hub(name: str, source: dict[str, Any]) -> Source:
 
 def _read_files(name: str, source: dict[str, Any]) -> Source:
     if "path" in source:
-        _check_keys(name, source, {"path", "dev_path", "options"}, "a path")
+        _check_keys(name, source, {"path", "dev_path", "options", "list_columns"}, "a path")
         given = {"train": source["path"], "dev": source.get("dev_path")}
     else:
-        _check_keys(name, source, {*SPLITS, "options"}, "a train/dev/test")
-        given = {split: source.get(split) for split in SPLITS}
+        extra = {key for key in source if EXTRA_DEV.fullmatch(key)}
+        allowed = {*SPLITS, *extra, "options", "list_columns"}
+        _check_keys(name, source, allowed, "a train/dev/test (or dev_<suffix>)")
+        given = {split: source.get(split) for split in [*SPLITS, *sorted(extra)]}
     files = {split: _resolve(name, spec) for split, spec in given.items() if spec is not None}
     builder, options = _format(name, [f for split_files in files.values() for f in split_files])
     given_options = _options(name, source)
@@ -219,12 +231,47 @@ def _cut_dev(
 
 
 def _split_map(name: str, splits: Any) -> dict[str, str]:
-    if not isinstance(splits, dict) or "train" not in splits or set(splits) - set(SPLITS):
+    if (
+        not isinstance(splits, dict)
+        or "train" not in splits
+        or any(key not in SPLITS and not EXTRA_DEV.fullmatch(key) for key in splits)
+    ):
         raise MtlError(
-            f"task {name!r}: source splits must map train (and optionally dev, test) to hub "
-            f"split names, got {splits!r}"
+            f"task {name!r}: source splits must map train (and optionally dev, test, "
+            f"dev_<suffix>) to hub split names, got {splits!r}"
         )
-    return {split: str(splits[split]) for split in SPLITS if split in splits}
+    extra = sorted(key for key in splits if key not in SPLITS)
+    return {split: str(splits[split]) for split in [*SPLITS, *extra] if split in splits}
+
+
+def _list_columns(name: str, splits: dict[str, Dataset], spec: Any) -> dict[str, Dataset]:
+    """Each split with a column `new` = [row[c] for c in columns] for each `new: columns`."""
+    if not isinstance(spec, dict) or not all(
+        isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols)
+        for cols in spec.values()
+    ):
+        raise MtlError(
+            f"task {name!r}: source list_columns must map a new column to a list of column "
+            f"names, e.g. {{choices: [ending0, ending1]}}; got {spec!r}"
+        )
+    out = {}
+    for split, ds in splits.items():
+        for new, cols in spec.items():
+            missing = [c for c in cols if c not in ds.column_names]
+            if missing:
+                raise MtlError(
+                    f"task {name!r}: list_columns.{new} names {missing}, not in the {split} "
+                    f"split (columns: {ds.column_names}); fix the column names"
+                )
+
+        def gather(rows: dict[str, list]) -> dict[str, list]:
+            return {
+                new: [list(values) for values in zip(*(rows[c] for c in cols), strict=True)]
+                for new, cols in spec.items()
+            }
+
+        out[split] = ds.map(gather, batched=True)
+    return out
 
 
 def _options(name: str, source: dict[str, Any]) -> dict[str, Any]:

@@ -22,11 +22,13 @@ class MixupLoader(CompositeLoader):
     """Each step takes one batch of every active task and merges them into one batch.
 
     Merging: every task batch is right-padded to the longest sequence of the step
-    (`input_ids` with `pad_token_id`, `attention_mask` and `token_type_ids` with 0, 2-D labels
-    with -100) and the tasks' rows are interleaved at random, each task's rows keeping their
-    order (a task's rows, such as one example's choices, stay together in order when taken out
-    by `task_ids`). It concatenates batches; it does not interpolate examples (the "mixup" of
-    data augmentation). The merged batch is::
+    (`input_ids` with `pad_token_id`, `attention_mask` and `token_type_ids` with 0, token
+    labels, the 2-D labels as wide as their batch's `input_ids`, with -100; other labels, such
+    as multi-hot rows [B, K], are kept as they are: a head whose 2-D labels are not per token
+    reads their first K columns) and the tasks' rows are interleaved at random, each task's
+    rows keeping their order (a task's rows, such as one example's choices, stay together in
+    order when taken out by `task_ids`). It concatenates batches; it does not interpolate
+    examples (the "mixup" of data augmentation). The merged batch is::
 
         {"input_ids": Long[N, L], "attention_mask": Long[N, L],
          "token_type_ids": Long[N, L] (only if some task has it; 0 where a task has none),
@@ -128,7 +130,9 @@ class MixupLoader(CompositeLoader):
         out["labels"] = {}
         for t, batch in batches:
             labels = batch["labels"]
-            if labels.ndim == 2:
+            # Token labels (one per position, as wide as the task's input_ids) are padded to
+            # the merged length; other 2-D labels (multi-hot rows [B, K]) are kept as they are.
+            if labels.ndim == 2 and labels.shape[1] == batch["input_ids"].shape[1]:
                 labels = _pad_to(labels, length, -100)
             out["labels"][self.names[t]] = labels
         if all("example_ids" in batch for _, batch in batches):

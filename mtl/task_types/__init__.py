@@ -12,6 +12,7 @@ from mtl.errors import MtlError
 from mtl.task_types.base import TaskType
 from mtl.task_types.choice import MultipleChoice
 from mtl.task_types.classification import Regression, SequenceClassification
+from mtl.task_types.multilabel import MultiLabelClassification
 from mtl.task_types.tagging import TokenClassification
 
 BUILTIN: dict[str, type[TaskType]] = {
@@ -19,6 +20,7 @@ BUILTIN: dict[str, type[TaskType]] = {
     "token_classification": TokenClassification,
     "regression": Regression,
     "multiple_choice": MultipleChoice,
+    "multi_label_classification": MultiLabelClassification,
 }
 
 
@@ -45,6 +47,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
 __all__ = [
     "BUILTIN",
     "MultipleChoice",
+    "MultiLabelClassification",
     "Regression",
     "SequenceClassification",
     "TaskType",
