@@ -11,12 +11,14 @@ from hydra.utils import get_class
 from mtl.errors import MtlError
 from mtl.task_types.base import TaskType
 from mtl.task_types.classification import Regression, SequenceClassification
+from mtl.task_types.qa import QuestionAnswering
 from mtl.task_types.tagging import TokenClassification
 
 BUILTIN: dict[str, type[TaskType]] = {
     "sequence_classification": SequenceClassification,
     "token_classification": TokenClassification,
     "regression": Regression,
+    "question_answering": QuestionAnswering,
 }
 
 
@@ -42,6 +44,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
 
 __all__ = [
     "BUILTIN",
+    "QuestionAnswering",
     "Regression",
     "SequenceClassification",
     "TaskType",
