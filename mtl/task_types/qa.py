@@ -10,6 +10,7 @@ through the windows' character offsets (`utils_qa.postprocess_qa_predictions`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -34,7 +35,8 @@ class QuestionAnswering(TaskType):
     Rows: one per window of a context (`example_id`: the source row), labels (start, end)
     token of the first gold answer, (0, 0) where the window does not hold it. The encoded split
     keeps what scoring needs: `offset_start`/`offset_end` (each token's characters in the context,
-    -1 outside it), `context` and `answer_texts` (every gold answer of the source row).
+    -1 outside it), `context` and `answer_texts` (every gold answer of the source row, as a JSON
+    list: a list column whose first encoding batch is all unanswerable would be typed null).
     Batches: labels Long[B, 2]; the head gives start and end logits [B, L, 2].
 
     Prediction, per question over all its windows: the span (start <= end, at most
@@ -104,7 +106,7 @@ class QuestionAnswering(TaskType):
             out["offset_start"].append(starts)
             out["offset_end"].append(ends)
             out["context"].append(contexts[source])
-            out["answer_texts"].append(texts)
+            out["answer_texts"].append(json.dumps(texts))
         out["length"] = [len(ids) for ids in enc["input_ids"]]
         return out
 
@@ -151,7 +153,7 @@ class QuestionAnswering(TaskType):
         """The gold answer texts of each question ([] when it has none), in source row order."""
         first = _first_windows(dev)
         texts = dev["answer_texts"]
-        return [list(texts[row]) for row in first]
+        return [json.loads(texts[row]) for row in first]
 
     def score(self, predictions, dev, label_names) -> dict:
         refs = self.references(dev, label_names)

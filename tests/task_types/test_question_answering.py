@@ -84,7 +84,7 @@ def test_a_long_context_gives_overlapping_windows_that_cover_it(tmp_path):
     for k, i in enumerate(windows):
         row = train[i]
         assert len(row["input_ids"]) == row["length"] <= 32
-        assert row["context"] == LONG_CONTEXT and row["answer_texts"] == [answer]
+        assert row["context"] == LONG_CONTEXT and json.loads(row["answer_texts"]) == [answer]
         spans = context_spans(row)
         if k:  # consecutive windows share `stride` context tokens
             assert spans[:8] == covered[-8:]
@@ -112,7 +112,7 @@ def test_unanswerable_rows_point_every_window_at_cls(tmp_path):
     labels = task.train["labels"]
     windows = windows_of(task.train, 0)
     assert len(windows) > 1 and all(labels[i] == [0, 0] for i in windows)
-    assert task.train["answer_texts"][0] == []
+    assert json.loads(task.train["answer_texts"][0]) == []
     assert task.task_type.references(task.dev, None) == [[], ["dog"]]
 
 
@@ -135,6 +135,14 @@ def test_example_ids_stay_source_rows_across_encoding_batches():
 
     raw = read_source("qa", {"bundled": "synthetic_qa", "size": 1500}, seed=0, dev_fraction=0.1)
     assert [task.train["context"][i] for i in first] == raw.splits["train"]["context"]
+
+
+def test_a_first_encoding_batch_without_answers_types_the_columns(tmp_path):
+    """The first `Dataset.map` batch (1000 rows) has no answer; a later one has."""
+    rows = [qa_row(f"the cat {i}") for i in range(1000)] + [qa_row("the dog sat", "dog")]
+    task = qa_task(tmp_path, rows, dev=rows[-2:])
+    assert task.task_type.references(task.train, None)[-2:] == [[], ["dog"]]
+    assert task.task_type.references(task.dev, None) == [[], ["dog"]]
 
 
 def test_batches_carry_start_end_labels(tmp_path):
