@@ -94,7 +94,7 @@ def build_task_from_config(
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
-        if label_names is None:
+        if label_names is None and config.label_column in raw["train"].column_names:
             label_names = task_type.infer_label_names(raw["train"][config.label_column])
         label_names = list(label_names) if label_names is not None else None
         encoded = {
@@ -163,7 +163,10 @@ def _encode(
 
     def encode(rows: dict[str, list], indices: list[int]) -> dict[str, list]:
         out = task_type.encode(rows, tokenizer, label_names, where)
-        out.setdefault("example_id", indices)
+        if "example_id" in out:  # several model rows a source row: their positions in `rows`
+            out["example_id"] = [indices[i] for i in out["example_id"]]
+        else:
+            out["example_id"] = indices
         return out
 
     return ds.map(encode, batched=True, with_indices=True, remove_columns=ds.column_names)

@@ -67,3 +67,29 @@ class RegressionHead(nn.Module):
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(logits.float(), labels.float())
+
+
+class QuestionAnsweringHead(nn.Module):
+    """Per-token start and end logits `[B, L, 2]` for extractive QA (padding positions get the
+    dtype's minimum, so they are never chosen); the loss is the mean of the start and end
+    positions' cross-entropies.
+
+    Labels: Long[B, 2] (start token, end token), or Long[B, L] whose columns 0 and 1 hold the
+    pair (a composite loader pads 2-D labels to the batch length with -100).
+    """
+
+    def __init__(self, hidden_size: int, num_labels: int = 2, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, 2)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        logits = self.out(self.dropout(hidden))
+        padding = attention_mask.unsqueeze(-1) == 0
+        return logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        start = F.cross_entropy(logits[..., 0], labels[:, 0], ignore_index=IGNORE_INDEX)
+        end = F.cross_entropy(logits[..., 1], labels[:, 1], ignore_index=IGNORE_INDEX)
+        return (start + end) / 2

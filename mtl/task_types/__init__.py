@@ -13,6 +13,7 @@ from mtl.task_types.base import TaskType
 from mtl.task_types.choice import MultipleChoice
 from mtl.task_types.classification import Regression, SequenceClassification
 from mtl.task_types.multilabel import MultiLabelClassification
+from mtl.task_types.qa import QuestionAnswering
 from mtl.task_types.tagging import TokenClassification
 
 BUILTIN: dict[str, type[TaskType]] = {
@@ -21,6 +22,7 @@ BUILTIN: dict[str, type[TaskType]] = {
     "regression": Regression,
     "multiple_choice": MultipleChoice,
     "multi_label_classification": MultiLabelClassification,
+    "question_answering": QuestionAnswering,
 }
 
 
@@ -48,6 +50,7 @@ __all__ = [
     "BUILTIN",
     "MultipleChoice",
     "MultiLabelClassification",
+    "QuestionAnswering",
     "Regression",
     "SequenceClassification",
     "TaskType",

@@ -27,10 +27,11 @@ class TaskType:
 
     Encoding: `encode` turns a batch of source rows into model rows with the columns
     `input_ids`, `labels`, `length` (tokens the samplers sort and budget by) and optionally
-    `token_type_ids` and columns of its own; mtl adds `example_id` (the source row) unless
-    `encode` gives it (several model rows per source row). `dataset(split)` and
-    `collator(...)` read and pad those rows; the defaults pad `input_ids` and `token_type_ids`,
-    and `labels` with -100 when `token_labels` is true.
+    `token_type_ids` and columns of its own; mtl adds `example_id` (the source row). An
+    `encode` that makes several model rows per source row gives `example_id` itself, as each
+    model row's position in the batch `rows`, which mtl turns into the source row.
+    `dataset(split)` and `collator(...)` read and pad those rows; the defaults pad `input_ids`
+    and `token_type_ids`, and `labels` with -100 when `token_labels` is true.
     Model: `make_head(hidden_size, num_labels, dropout)` returns an `nn.Module` with
     `forward(hidden [B, L, H], attention_mask [B, L]) -> logits` and `loss(logits, labels)`.
     Scoring: `predict(logits, batch)` gives one prediction per row (plain Python or numpy);

@@ -298,7 +298,7 @@ def test_synthetic_qa_answer_is_the_first_word_of_the_asked_theme():
         assert row["context"][: row["answers"]["answer_start"][0]].split().count(first) == 0
 
 
-@pytest.mark.parametrize("name", ["pydoc_pair", "pydoc_choice"])  # pydoc_qa: with its task type
+@pytest.mark.parametrize("name", ["pydoc_pair", "pydoc_choice", "pydoc_qa"])
 def test_most_rows_fit_the_max_length_of_their_task_yaml(name):
     conf = yaml.safe_load((TASK_CONF / f"{name}.yaml").read_text())
     assert conf["source"] == {"bundled": name} and conf["type"] == BUNDLED_TASKS[name][0]
