@@ -11,6 +11,8 @@ continues exactly.
   `step_*` folder that looks complete; `trainer.keep_last` bounds how many are kept.
 - `resolve_checkpoint` turns `trainer.resume` into the folder to load: a run folder gives its
   latest complete checkpoint, and the incomplete ones skipped are named in one line.
+- `save_best`/`load_best` keep the model weights of the best evaluation in
+  `checkpoints/best` (written to `.tmp-best` and renamed, like the step checkpoints).
 - `StopSignal` turns SIGTERM and SIGUSR1 (SLURM's warning signal, `--signal=USR1@<s>`) into a
   request to save and stop at the next optimizer-step boundary, the same step on every rank.
 
@@ -320,3 +322,35 @@ class StopSignal:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+BEST = "best"
+
+
+def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Path:
+    """The model's weights and `best.json` (step, figures) in `<run>/checkpoints/best`, written
+    whole or not at all. A collective: call it on every rank."""
+    root = Path(run_dir) / "checkpoints"
+    final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
+    state = accelerator.get_state_dict(model)  # a collective under some strategies
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        accelerator.save(state, tmp / "model.pt", safe_serialization=False)
+        (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
+        _seal(tmp, step)
+        _put_in_place(tmp, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_best(accelerator, model, run_dir: Path) -> dict | None:
+    """Load the best weights into `model` (every rank); returns best.json, None if none saved."""
+    folder = Path(run_dir) / "checkpoints" / BEST
+    if not (folder / MARKER).is_file():
+        return None
+    import torch
+
+    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    accelerator.unwrap_model(model).load_state_dict(state)
+    return json.loads((folder / "best.json").read_text())

@@ -39,6 +39,9 @@ class TrainerConfig:
     eval_batch_size: int = 64
     checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)
     keep_last: int | None = None  # keep only the N newest step checkpoints (null: all)
+    monitor: str = "eval/mean"  # the figure that picks the best model (eval/mean: mean of mains)
+    monitor_mode: str = "max"  # max | min: whether a larger monitored value is better
+    patience: int | None = None  # stop after this many evaluations without improvement
     resume: str | None = None  # path of a checkpoint folder to continue from
     log_every: int = 10  # optimizer steps per logged window
     progress_bar: bool = True
@@ -54,6 +57,8 @@ class TrainerConfig:
         _at_least("trainer.eval_batch_size", self.eval_batch_size, 1)
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 1)
         _at_least("trainer.keep_last", self.keep_last, 1)
+        _at_least("trainer.patience", self.patience, 1)
+        _one_of("trainer.monitor_mode", self.monitor_mode, ("max", "min"))
         _at_least("trainer.log_every", self.log_every, 1)
         if self.dist_timeout_s <= 0:
             raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")

@@ -38,7 +38,14 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl.checkpoint import StopSignal, TrainState, resolve_checkpoint, save_checkpoint
+from mtl.checkpoint import (
+    StopSignal,
+    TrainState,
+    load_best,
+    resolve_checkpoint,
+    save_best,
+    save_checkpoint,
+)
 from mtl.config import Settings, validate
 from mtl.data import task_dataset
 from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
@@ -56,10 +63,13 @@ from mtl.logging import (
 from mtl.registry import build_composite_loader, build_model, build_tasks, build_train_loaders
 
 
-def main(cfg: DictConfig) -> dict[str, float]:
-    """Entry point for `train.py`: bad input ends the run with one line on stderr, status 2."""
+def main(cfg: DictConfig) -> float:
+    """Entry point for `mtl-train`/`train.py`: the best value of `trainer.monitor` (what Hydra
+    sweepers such as Optuna optimize). Bad input ends the run with one line on stderr, status 2."""
     try:
-        return run(cfg)
+        run(cfg)
+        results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
+        return float(results["best"][results["monitor"]])
     except MtlError as err:
         # An error every rank raised alike is printed once, by rank 0.
         if env_rank() == 0 or not getattr(err, "all_ranks", False):
@@ -89,7 +99,10 @@ class Run:
     last_eval: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1
     stop: StopSignal | None = None
-    stopped: bool = False  # a stop signal arrived: checkpoint saved, no final evaluation
+    stopped: bool = False  # stop now: a signal arrived, or early stopping
+    signalled: bool = False  # a stop signal: only a checkpoint, no final evaluation or test
+    best: dict[str, Any] = field(default_factory=dict)  # {"step", "figures"} of the best eval
+    evals_since_best: int = 0
 
 
 @dataclass
@@ -243,7 +256,7 @@ def after_step(r: Run) -> None:
         evaluate_now(r)
     if r.stop is not None and r.stop.should_stop(r.accelerator):
         r.accelerator.print(r.stop.message(step, r.run_dir), file=sys.stderr)
-        r.stopped = True
+        r.stopped = r.signalled = True
     elif t.checkpoint_every and step % t.checkpoint_every == 0:
         save_checkpoint(r.accelerator, r.run_dir, step, t.keep_last)
 
@@ -266,29 +279,87 @@ def log_window(r: Run) -> None:
 
 
 def evaluate_now(r: Run) -> None:
-    """Dev figures of every task at the current step, logged."""
+    """Dev figures of every task at the current step (and `eval/mean`, the mean of each task's
+    main metric), logged; the best model so far is kept (`track_best`)."""
     t = r.settings.trainer
-    r.last_eval = evaluate(r.model, r.tasks, r.accelerator, t.eval_batch_size)
-    r.logger.log(r.last_eval, step=r.state.step)
+    figures = evaluate(r.model, r.tasks, r.accelerator, t.eval_batch_size)
+    mains = [figures[f"eval/{name}/{task.task_type.main_metric}"] for name, task in r.tasks.items()]
+    figures["eval/mean"] = sum(mains) / len(mains)
+    r.last_eval = figures
+    r.logger.log(figures, step=r.state.step)
     r.evaluated_at = r.state.step
+    track_best(r)
+
+
+def track_best(r: Run) -> None:
+    """Save the model when `trainer.monitor` improves; after `trainer.patience` evaluations
+    without improvement, stop (early stopping)."""
+    t, figures = r.settings.trainer, r.last_eval
+    if t.monitor not in figures:
+        raise MtlError(
+            f"trainer.monitor={t.monitor!r} is not an evaluation figure; choose one of "
+            f"{', '.join(sorted(figures))}"
+        )
+    value, best = figures[t.monitor], r.best.get("figures", {}).get(t.monitor)
+    better = best is None or (value > best if t.monitor_mode == "max" else value < best)
+    if better:
+        r.best = {"step": r.state.step, "figures": dict(figures)}
+        r.evals_since_best = 0
+        save_best(r.accelerator, r.model, r.run_dir, r.state.step, figures)
+        return
+    r.evals_since_best += 1
+    if t.patience and r.evals_since_best >= t.patience:
+        r.accelerator.print(
+            f"mtl: {t.monitor} has not improved on step {r.best['step']}'s {best:.4f} for "
+            f"{r.evals_since_best} evaluations: stopping early (trainer.patience={t.patience})",
+            file=sys.stderr,
+        )
+        r.stopped = True
 
 
 def finish(r: Run) -> dict[str, float]:
-    """A final evaluation if the last one is older, the last checkpoint, results.json. After a
-    stop signal: only the checkpoint (`trainer.resume=<run folder>` continues from it)."""
-    if r.evaluated_at != r.state.step and not r.stopped:  # stopped by max_steps, or resumed
+    """A final evaluation if the last one is older, the last checkpoint, the test splits scored
+    with the best model, results.json. After a stop signal: only the checkpoint
+    (`trainer.resume=<run folder>` continues from it)."""
+    t = r.settings.trainer
+    if r.evaluated_at != r.state.step and not r.signalled:  # stopped by max_steps, or resumed
         evaluate_now(r)
-    save_checkpoint(r.accelerator, r.run_dir, r.state.step, r.settings.trainer.keep_last)
+    save_checkpoint(r.accelerator, r.run_dir, r.state.step, t.keep_last)
+    if not r.signalled:
+        test = evaluate_test(r)
     if r.progress is not None:
         r.progress.close()
-    r.logger.close()
-    if r.stopped:
+    if r.signalled:
+        r.logger.close()
         return r.last_eval
+    r.logger.close()
     if r.accelerator.is_main_process:
         print_summary(r.last_eval, r.tasks)
-        results = {"step": r.state.step, **r.last_eval}
+        results = {
+            "step": r.state.step,
+            "monitor": t.monitor,
+            "monitor_mode": t.monitor_mode,
+            "best_step": r.best.get("step"),
+            "best": r.best.get("figures", {}),
+            **r.last_eval,
+            **test,
+        }
         (r.run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    r.accelerator.wait_for_everyone()
     return r.last_eval
+
+
+def evaluate_test(r: Run) -> dict[str, float]:
+    """`test/<task>/<metric>` of every task with a test split, with the best model's weights."""
+    with_test = {name: task for name, task in r.tasks.items() if "test" in task.splits}
+    if not with_test:
+        return {}
+    load_best(r.accelerator, r.model, r.run_dir)
+    figures = evaluate(
+        r.model, with_test, r.accelerator, r.settings.trainer.eval_batch_size, "test", "test"
+    )
+    r.logger.log(figures, step=r.state.step)
+    return figures
 
 
 def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int]:

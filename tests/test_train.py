@@ -263,3 +263,62 @@ def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(tmp_path):
     assert sorted(got) == list(range(stop_step + 1, 61))
     for step in got:
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
+
+
+def test_best_model_and_early_stopping(make_cfg, tmp_path):
+    """A monitored figure that is best early (the MSE of a regression task, taken as 'max'):
+    the best step is the arg-max over the logged evaluations, the run stops `patience`
+    evaluations after it, and `main` returns the best value."""
+    from mtl.train import main
+
+    cfg = make_cfg(
+        "task=[synthetic_cls,synthetic_reg]",
+        "trainer.max_steps=40",
+        "trainer.eval_every=1",
+        "trainer.monitor=eval/synthetic_reg/mse",
+        "trainer.monitor_mode=max",
+        "trainer.patience=3",
+        "trainer.head_lr=1e-2",
+    )
+    best_value = main(cfg)
+    rows = read_metrics(tmp_path / "run")
+    evals = [(r["step"], r["eval/synthetic_reg/mse"]) for r in rows if "eval/mean" in r]
+    best_step, expected = max(evals, key=lambda e: (e[1], -e[0]))
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["best_step"] == best_step
+    assert best_value == results["best"]["eval/synthetic_reg/mse"] == expected
+    steps = [step for step, _ in evals]
+    assert steps[-1] == steps[steps.index(best_step) + 3] < 40  # stopped by patience
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "best.json").read_text())
+    assert best["step"] == best_step
+    for row in rows:  # eval/mean is the mean of each task's main metric
+        if "eval/mean" in row:
+            mean = (row["eval/synthetic_cls/accuracy"] + row["eval/synthetic_reg/pearson"]) / 2
+            assert row["eval/mean"] == pytest.approx(mean)
+
+
+def test_test_split_is_scored_with_the_best_model(make_cfg, tmp_path):
+    rows = [{"text": f"{'good' if i % 2 else 'bad'} item {i}", "label": i % 2} for i in range(40)]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "reviews.yaml").write_text(
+        "# @package task.reviews\ntype: sequence_classification\n"
+        f"source: {{train: {tmp_path}/train.jsonl, dev: {tmp_path}/dev.jsonl, "
+        f"test: {tmp_path}/dev.jsonl}}\nbatch_size: 8\n"
+    )
+    run(
+        make_cfg(
+            "task=[reviews]",
+            f"hydra.searchpath=[file://{conf}]",
+            "trainer.max_steps=12",
+            "trainer.eval_every=3",
+            "trainer.monitor=eval/reviews/accuracy",
+        )
+    )
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    # The test file is the dev file: scored with the best weights, it gives the best dev figure.
+    assert results["test/reviews/accuracy"] == results["best"]["eval/reviews/accuracy"]
+    logged = [r for r in read_metrics(tmp_path / "run") if "test/reviews/accuracy" in r]
+    assert len(logged) == 1
