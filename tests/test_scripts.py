@@ -16,6 +16,7 @@ BENCHMARKS = {
     "bench_collate.py": "collate",
     "padding_efficiency.py": "padding_efficiency",
     "bench_train_speed.py": "train_speed",
+    "bench_task_types.py": "task_types",
 }
 
 
