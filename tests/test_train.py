@@ -322,3 +322,51 @@ def test_test_split_is_scored_with_the_best_model(make_cfg, tmp_path):
     assert results["test/reviews/accuracy"] == results["best"]["eval/reviews/accuracy"]
     logged = [r for r in read_metrics(tmp_path / "run") if "test/reviews/accuracy" in r]
     assert len(logged) == 1
+
+
+ALL_TYPES = [
+    "synthetic_cls",
+    "synthetic_tag",
+    "synthetic_reg",
+    "synthetic_pair",
+    "synthetic_choice",
+    "synthetic_qa",
+]
+
+
+@pytest.mark.parametrize("loader", ["mixup", "random"])
+def test_every_task_type_trains_together(make_cfg, tmp_path, loader):
+    # One whole epoch (every batch of every task under random's each_once).
+    final = run(
+        make_cfg(f"task=[{','.join(ALL_TYPES)}]", f"loader={loader}", "trainer.max_steps=null")
+    )
+    mains = {
+        "synthetic_cls": "accuracy",
+        "synthetic_tag": "f1",
+        "synthetic_reg": "pearson",
+        "synthetic_pair": "accuracy",
+        "synthetic_choice": "accuracy",
+        "synthetic_qa": "exact_match",
+    }
+    for task, metric in mains.items():
+        assert f"eval/{task}/{metric}" in final
+    losses = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    seen = {t for r in losses for t in ALL_TYPES if r.get(f"loss/{t}", 0) > 0}
+    assert seen == set(ALL_TYPES)
+
+
+def test_a_missing_pair_column_is_one_line(tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"a {i}", "label": i % 2}) for i in range(20)))
+    conf = tmp_path / "conf" / "task"
+    conf.mkdir(parents=True)
+    (conf / "pairs.yaml").write_text(
+        "# @package task.pairs\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\ntext_pair_column: hypothesis\n"
+    )
+    result = train_cli(
+        "task=[pairs]", f"hydra.searchpath=[file://{conf.parent}]", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'hypothesis' missing" in lines[0] and "pairs" in lines[0]
