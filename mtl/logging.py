@@ -20,7 +20,13 @@ from mtl.errors import MtlError
 
 
 class RunLogger:
-    """Writes `{"step": s, ...figures}` lines to `<run_dir>/metrics.jsonl` and to the tracker."""
+    """Writes `{"step": s, ...figures}` lines to `<run_dir>/metrics.jsonl` and to the tracker.
+
+    W&B: the jobs of a Hydra multirun share a `group` (the sweep folder's name) and have
+    `job_type` "sweep" ("train" for a single run). Every key is plotted against `step` (the
+    optimizer step, logged with it), so dev figures line up with the training curves; its run
+    summary holds the best value and the last (`summary_of`).
+    """
 
     def __init__(
         self,
@@ -35,6 +41,7 @@ class RunLogger:
         self.accelerator = accelerator
         self.use_tracker = settings.backend == "wandb" and settings.mode != "disabled"
         self.path = Path(run_dir) / "metrics.jsonl"
+        self.defined: set[str] = set()  # keys given to W&B's define_metric
         if not accelerator.is_main_process:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,10 +53,13 @@ class RunLogger:
                 "mode": settings.mode,
                 "dir": str(run_dir),
                 "tags": list(settings.tags),
+                "job_type": "sweep" if group else "train",
             }
             if settings.entity:
                 init["entity"] = settings.entity
             accelerator.init_trackers(settings.project, config=config, init_kwargs={"wandb": init})
+            self.run = accelerator.get_tracker("wandb", unwrap=True)
+            self.run.define_metric("step", hidden=True)
 
     def log(self, figures: dict[str, float], step: int) -> None:
         if not self.accelerator.is_main_process:
@@ -57,11 +67,29 @@ class RunLogger:
         with self.path.open("a") as f:
             f.write(json.dumps({"step": step, **figures}) + "\n")
         if self.use_tracker:
-            self.accelerator.log(figures, step=step)
+            for key in figures.keys() - self.defined:
+                self.run.define_metric(key, step_metric="step", summary=summary_of(key))
+                self.defined.add(key)
+            self.accelerator.log({"step": step, **figures}, step=step)
 
     def close(self) -> None:
         if self.use_tracker:
             self.accelerator.end_training()
+
+
+LOWER_IS_BETTER = ("mse", "mae", "rmse", "loss", "perplexity")
+
+
+def summary_of(key: str) -> str:
+    """W&B summary of a logged key: the best value (and the last) for losses and dev metrics,
+    the last value for everything else (shares, throughput, learning rate)."""
+    name = key.rsplit("/", 1)[-1]
+    lower = key.startswith("eval/") and name in LOWER_IS_BETTER
+    if key == "loss" or key.startswith("loss/") or lower:
+        return "min,last"
+    if key.startswith("eval/"):
+        return "max,last"
+    return "last"
 
 
 class ShareMeter:

@@ -1,0 +1,272 @@
+"""Build a W&B workspace for mtl runs: one section per concern, every panel on a logged key.
+
+    python scripts/wandb_workspace.py --entity E --project P --run outputs/runs/<day>/<time>
+    python scripts/wandb_workspace.py --entity E --project P --run outputs/multirun/<day>/<time>
+    python scripts/wandb_workspace.py --entity E --project P --tasks a,b,c --dry-run
+
+Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`),
+losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
+and padding, and a sweep comparison (a parallel-coordinates plot of the swept parameters and
+the monitored value, and the monitored value against each parameter). Every line plot's x-axis
+is `step`, the optimizer step mtl logs with every figure.
+
+`--run` reads the task names, their metrics and the swept parameters from a run folder
+(`.hydra/config.yaml`, `metrics.jsonl`) or a sweep folder (its jobs' overrides); `--tasks` names
+the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `--monitor`, else
+the `monitor` of the run's `results.json`, else each task's main dev metric. Its best value is
+the run summary's `<key>.max` (`.min` for losses and errors; see `mtl.logging.summary_of`).
+
+`--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
+`wandb-workspaces` (`pip install 'mtl[dashboards]'`) and saved as a new view of the project
+(`wandb login` first); the view's URL is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from mtl.errors import MtlError
+from mtl.logging import summary_of
+
+DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
+
+
+# -- what a run logs -------------------------------------------------------------------------------
+
+
+def flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def task_metrics(config: dict) -> dict[str, list[str]]:
+    """Each task's dev metrics (the main one first), from the task's config and its type."""
+    from hydra.utils import get_class
+
+    from mtl.task_types import BUILTIN
+
+    tasks = {}
+    for name, task in config.get("task", {}).items():
+        metrics = task.get("metrics")
+        if not metrics:
+            kind = task["type"]
+            cls = BUILTIN[kind] if kind in BUILTIN else get_class(kind)
+            metrics = list(cls.default_metrics)
+        tasks[name] = [m.rsplit(".", 1)[-1] for m in metrics]
+    return tasks
+
+
+def read_folder(folder: Path) -> dict:
+    """Tasks, their metrics, the swept parameters and the monitored key of a run/sweep folder."""
+    jobs = [folder] if (folder / ".hydra").is_dir() else sorted(
+        p for p in folder.iterdir() if (p / ".hydra" / "config.yaml").is_file()
+    )  # fmt: skip
+    if not jobs:
+        raise MtlError(
+            f"{folder} holds no .hydra/config.yaml (nor job folders with one); pass a run "
+            "folder (outputs/runs/<day>/<time>) or a sweep folder (outputs/multirun/...)"
+        )
+    config = yaml.safe_load((jobs[0] / ".hydra" / "config.yaml").read_text())
+    overrides = [
+        yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) or []
+        if (job / ".hydra" / "overrides.yaml").is_file()
+        else []
+        for job in jobs
+    ]
+    swept = [o for o in overrides[0] if len(jobs) == 1 or any(o not in x for x in overrides)]
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in swept if "=" in o]
+    results = jobs[0] / "results.json"
+    monitor = json.loads(results.read_text()).get("monitor") if results.is_file() else None
+    return {
+        "tasks": task_metrics(config),
+        "params": config_keys(keys, flat(config)) or config_keys(DEFAULT_PARAMS, flat(config)),
+        "monitor": monitor,
+    }
+
+
+def config_keys(keys: list[str], config: dict) -> list[str]:
+    """Override keys as W&B config keys: a scalar as is, a config group by its `_target_`;
+    keys with no scalar in the config (task lists, presets) are left out."""
+    out = []
+    for key in keys:
+        if key.startswith(("hydra.", "output_dir", "task", "debug", "experiment")):
+            continue
+        if key in config:
+            out.append(key)
+        elif f"{key}._target_" in config:
+            out.append(f"{key}._target_")
+    return list(dict.fromkeys(out))
+
+
+# -- the spec --------------------------------------------------------------------------------------
+
+
+def line(title: str, keys: list[str] | None = None, regex: str | None = None) -> dict:
+    panel = {"type": "line", "title": title, "x": "step"}
+    if keys is not None:
+        panel["y"] = keys
+    if regex is not None:
+        panel["metric_regex"] = regex
+    return panel
+
+
+def best(key: str) -> dict:
+    """A summary column: the run's best value of a logged key."""
+    agg = "min" if summary_of(key).startswith("min") else "max"
+    return {"summary": key, "agg": agg}
+
+
+def workspace_spec(
+    entity: str,
+    project: str,
+    tasks: dict[str, list[str] | None],
+    params: list[str],
+    monitor: str | None = None,
+    name: str = "mtl",
+) -> dict:
+    """The workspace as plain data: sections of panels, each naming the keys it plots."""
+    shares = [line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}"]) for t in tasks]
+    losses = [line(t, [f"loss/{t}"]) for t in tasks] + [line("all tasks", ["loss"])]
+    dev = [
+        line(t, [f"eval/{t}/{m}" for m in metrics]) if metrics else line(t, regex=f"^eval/{t}/")
+        for t, metrics in tasks.items()
+    ]
+    throughput = [
+        line("padding efficiency", ["padding_efficiency"]),
+        line("tokens per second", ["tokens_per_s"]),
+        line("learning rate", ["lr"]),
+    ]
+    if monitor:
+        watched = [monitor]
+    else:
+        watched = [f"eval/{t}/{m[0]}" for t, m in tasks.items() if m] or ["loss"]
+    columns = [{"config": p} for p in params] + [best(k) for k in watched]
+    sweep = [{"type": "parallel_coordinates", "title": "swept parameters", "columns": columns}]
+    sweep += [
+        {
+            "type": "scatter",
+            "title": f"{watched[0]} vs {p}",
+            "x": {"config": p},
+            "y": best(watched[0]),
+        }
+        for p in params
+    ]
+    return {
+        "entity": entity,
+        "project": project,
+        "name": name,
+        "sections": [
+            {"name": "Task shares (window, since start, target)", "panels": shares},
+            {"name": "Losses", "panels": losses},
+            {"name": "Dev metrics", "panels": dev},
+            {"name": "Throughput and padding", "panels": throughput},
+            {"name": "Sweep comparison", "panels": sweep},
+        ],
+    }
+
+
+def spec_keys(spec: dict) -> dict[str, set[str]]:
+    """The logged keys (`history`, summary keys included) and config keys the spec plots."""
+    history, config, regexes = set(), set(), set()
+
+    def column(c: dict) -> None:
+        (config if "config" in c else history).add(c.get("config") or c["summary"])
+
+    for section in spec["sections"]:
+        for panel in section["panels"]:
+            if panel["type"] == "line":
+                history.update([panel["x"], *panel.get("y", [])])
+                if "metric_regex" in panel:
+                    regexes.add(panel["metric_regex"])
+            elif panel["type"] == "parallel_coordinates":
+                for c in panel["columns"]:
+                    column(c)
+            else:
+                column(panel["x"])
+                column(panel["y"])
+    return {"history": history, "config": config, "regex": regexes}
+
+
+# -- wandb-workspaces ------------------------------------------------------------------------------
+
+
+def build_workspace(spec: dict):
+    """The spec as a `wandb_workspaces` Workspace (building it needs no network)."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    def metric(c: dict):
+        if "config" in c:
+            return wr.Config(c["config"])
+        return wr.SummaryMetric(f"{c['summary']}.{c['agg']}")
+
+    def panel(p: dict):
+        if p["type"] == "line":
+            return wr.LinePlot(
+                title=p["title"], x=p["x"], y=p.get("y", []), metric_regex=p.get("metric_regex")
+            )
+        if p["type"] == "parallel_coordinates":
+            columns = [wr.ParallelCoordinatesPlotColumn(metric=metric(c)) for c in p["columns"]]
+            return wr.ParallelCoordinatesPlot(title=p["title"], columns=columns)
+        return wr.ScatterPlot(title=p["title"], x=metric(p["x"]), y=metric(p["y"]))
+
+    sections = [
+        ws.Section(name=s["name"], panels=[panel(p) for p in s["panels"]], is_open=True)
+        for s in spec["sections"]
+    ]
+    return ws.Workspace(
+        entity=spec["entity"],
+        project=spec["project"],
+        name=spec["name"],
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis="step"),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entity", required=True)
+    parser.add_argument("--project", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", type=Path, help="a run or sweep folder (reads .hydra/)")
+    source.add_argument("--tasks", help="task names, comma-separated")
+    parser.add_argument("--params", help="swept config keys, comma-separated (trainer.lr,...)")
+    parser.add_argument("--monitor", help="the key sweeps optimize, e.g. eval/<task>/<metric>")
+    parser.add_argument("--name", default="mtl", help="the workspace's name")
+    parser.add_argument("--dry-run", action="store_true", help="print the spec as JSON")
+    args = parser.parse_args(argv)
+    try:
+        if args.run is not None:
+            found = read_folder(args.run)
+        else:
+            found = {"tasks": dict.fromkeys(args.tasks.split(",")), "params": DEFAULT_PARAMS}
+        params = args.params.split(",") if args.params else found["params"]
+        monitor = args.monitor or found.get("monitor")
+        spec = workspace_spec(args.entity, args.project, found["tasks"], params, monitor, args.name)
+        if args.dry_run:
+            print(json.dumps(spec, indent=2))
+            return
+        try:
+            workspace = build_workspace(spec)
+        except ImportError:
+            raise MtlError(
+                "saving a workspace needs wandb-workspaces: pip install 'mtl[dashboards]'"
+            ) from None
+        print(workspace.save().url)
+    except MtlError as err:
+        print(f"wandb_workspace: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
