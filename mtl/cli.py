@@ -37,7 +37,14 @@ def _train(cfg: DictConfig) -> float | None:
     from mtl.train import main
 
     _in_job = True  # stays set if main raises: a job's error keeps its traceback
-    result = main(cfg)
+    try:
+        result = main(cfg)
+    except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
+        from mtl.sweep import JobFailed, in_multirun
+
+        if stop.code and in_multirun():
+            raise JobFailed.from_exit(stop) from None
+        raise
     _in_job = False  # the next job of a sweep composes again
     return result
 
@@ -47,6 +54,7 @@ def train() -> None:
     reported in one line (status 2)."""
     from mtl.config import register_configs
     from mtl.distributed import start_launch
+    from mtl.sweep import JobFailed
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
     if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
@@ -59,6 +67,9 @@ def train() -> None:
         if _in_job:
             raise
         print(f"mtl: error: {composition_error(err)}", file=sys.stderr)
+        sys.exit(2)
+    except JobFailed as err:  # the end of a multirun with a failed job (see mtl.sweep)
+        print(f"mtl: error: {err}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -171,7 +171,23 @@ def window_figures(accelerator, names, loss_sums, shares, loader, steps) -> dict
 
 
 def mix_text(figures: dict[str, float], names: list[str]) -> str:
-    return " ".join(f"{name[:8]}={figures.get(f'share/{name}', 0):.2f}" for name in names)
+    """The window's share of each task for the progress bar: `pydoc_to…=0.50 pydoc_code=0.25`."""
+    labels = short_names(names)
+    return " ".join(f"{labels[name]}={figures.get(f'share/{name}', 0):.2f}" for name in names)
+
+
+def short_names(names: list[str], width: int = 8) -> dict[str, str]:
+    """A distinct label per name: the name itself when it has at most `width` characters, else its
+    shortest prefix of at least `width` that begins no other name, with `…` (the whole name when
+    that is no shorter). `pydoc_code`, `pydoc_code_share` -> `pydoc_code`, `pydoc_code_…`."""
+    labels = {}
+    for name in names:
+        others = [other for other in names if other != name]
+        size = width
+        while size < len(name) and any(other.startswith(name[:size]) for other in others):
+            size += 1
+        labels[name] = name if size >= len(name) - 1 else name[:size] + "…"
+    return labels
 
 
 def run_name(cfg: DictConfig) -> str:
