@@ -354,3 +354,25 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
     state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
     accelerator.unwrap_model(model).load_state_dict(state)
     return json.loads((folder / "best.json").read_text())
+
+
+def trained_weights(path: str) -> tuple[dict, Path]:
+    """The model weights of a run folder (its best model, else its latest complete checkpoint)
+    or of a checkpoint folder, and the file they came from (`model.init_from`)."""
+    import torch
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    best = folder / "checkpoints" / BEST / "model.pt"
+    if (folder / "checkpoints" / BEST / MARKER).is_file():
+        return torch.load(best, map_location="cpu", weights_only=True), best
+    if folder.name == BEST and (folder / MARKER).is_file():
+        return torch.load(folder / "model.pt", map_location="cpu", weights_only=True), folder
+    try:
+        checkpoint = Path(resolve_checkpoint(path))
+    except MtlError:
+        raise MtlError(
+            f"model.init_from={path}: not an mtl run or checkpoint folder (no complete "
+            "checkpoint in it); give <run folder> or <run>/checkpoints/step_N"
+        ) from None
+    return load_file(checkpoint / "model.safetensors"), checkpoint

@@ -79,6 +79,9 @@ class ModelConfig:
     config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
     head_dropout: float = 0.1
     loss_weights: dict[str, float] = field(default_factory=dict)  # {task: weight}, default 1.0
+    # A trained mtl run (its best model, else its latest checkpoint) or checkpoint folder: its
+    # encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.
+    init_from: str | None = None
 
     def check(self) -> None:
         if not 0 <= self.head_dropout < 1:

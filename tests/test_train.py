@@ -370,3 +370,42 @@ def test_a_missing_pair_column_is_one_line(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "'hypothesis' missing" in lines[0] and "pairs" in lines[0]
+
+
+def test_init_from_a_trained_run_keeps_the_encoder_and_shared_heads(make_cfg, tmp_path, capsys):
+    import torch
+
+    from mtl.config import validate
+    from mtl.data import task_dataset
+    from mtl.registry import build_model, build_tasks
+
+    trained = tmp_path / "trained"
+    run(make_cfg("task=[synthetic_cls,synthetic_reg]", output_dir=trained))
+    best = torch.load(trained / "checkpoints" / "best" / "model.pt", weights_only=True)
+
+    def built(*overrides):
+        settings = validate(make_cfg(*overrides))
+        tasks, _ = build_tasks(settings, 0)
+        return build_model(settings, tasks).eval(), tasks
+
+    # Into a single-task run: the shared task's logits are those of the trained model.
+    model, tasks = built("task=[synthetic_cls]", f"model.init_from={trained}")
+    assert "initialised from" in capsys.readouterr().err
+    reference, _ = built("task=[synthetic_cls,synthetic_reg]")  # loaded by hand, strictly
+    reference.load_state_dict(best)
+    rows = task_dataset(tasks["synthetic_cls"], "dev").__getitems__(list(range(8)))
+    batch = tasks["synthetic_cls"].collator()(rows)
+    with torch.no_grad():
+        ours = model.logits(batch)["synthetic_cls"]
+        theirs = reference.logits(batch)["synthetic_cls"]
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, best[key]), key
+    # Into a run with a new task: its head is fresh, the rest loaded; and it trains.
+    model, _ = built("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}")
+    state = model.state_dict()
+    shared = [k for k in state if not k.startswith("heads.synthetic_tag")]
+    assert all(torch.equal(state[k], best[k]) for k in shared)
+    assert not any(k.startswith("heads.synthetic_tag") for k in best)
+    final = run(make_cfg("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}"))
+    assert "eval/synthetic_tag/f1" in final

@@ -28,6 +28,12 @@ def encode_texts(config, rows: dict[str, list], tokenizer, where: str):
     return tokenizer(texts, pairs, truncation="longest_first", max_length=config.max_length)
 
 
+def text_columns(config) -> list[str]:
+    """The columns of a one-text or text-pair task with one label cell per row."""
+    pair = [config.text_pair_column] if config.text_pair_column else []
+    return [config.text_column, *pair, config.label_column]
+
+
 def model_rows(enc, labels: list) -> dict[str, list]:
     out = {"input_ids": enc["input_ids"], "labels": labels}
     if "token_type_ids" in enc:
@@ -48,8 +54,7 @@ class SequenceClassification(TaskType):
     default_metrics = ("accuracy",)
 
     def columns(self) -> list[str]:
-        pair = [self.config.text_pair_column] if self.config.text_pair_column else []
-        return [self.config.text_column, *pair, self.config.label_column]
+        return text_columns(self.config)
 
     def infer_label_names(self, labels: Sequence[Any]) -> list[str]:
         return names_from_values(labels, f"task {self.name!r}")
@@ -76,7 +81,7 @@ class Regression(TaskType):
     label_dtype = np.float32
 
     def columns(self) -> list[str]:
-        return SequenceClassification.columns(self)
+        return text_columns(self.config)
 
     def encode(self, rows, tokenizer, label_names, where):
         enc = encode_texts(self.config, rows, tokenizer, where)

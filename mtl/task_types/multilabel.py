@@ -13,7 +13,7 @@ from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import SequenceClassificationHead
 from mtl.task_types.base import TaskType, label_id, names_from_values
-from mtl.task_types.classification import SequenceClassification, encode_texts, model_rows
+from mtl.task_types.classification import encode_texts, model_rows, text_columns
 
 
 class MultiLabelHead(SequenceClassificationHead):
@@ -76,7 +76,7 @@ class MultiLabelClassification(TaskType):
     label_dtype = np.float32
 
     def columns(self) -> list[str]:
-        return SequenceClassification.columns(self)
+        return text_columns(self.config)
 
     def infer_label_names(self, labels: Sequence[Any]) -> list[str]:
         where = f"task {self.name!r}, train split"
