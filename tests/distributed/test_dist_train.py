@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -430,3 +431,35 @@ def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
     assert len(folders) == 3
     for folder in folders:
         assert len(list(folder.rglob("config.yaml"))) == 1
+
+
+def test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream(tmp_path):
+    """SIGTERM to the launcher mid-run: both ranks save the same step and exit; a resume from
+    the run folder continues the uninterrupted run's stream on both ranks."""
+    common = ["loader=random", "trainer.epochs=40", "trainer.max_steps=60"]
+    ref = tmp_path / "ref"
+    launch(*common, f"hydra.run.dir={ref}", cwd=tmp_path)
+    expected = read_trace(ref)
+    part = tmp_path / "part"
+    proc = start(*common, f"hydra.run.dir={part}", cwd=tmp_path)
+    trace = part / "trace_rank0.jsonl"
+    while not (trace.is_file() and len(trace.read_text().splitlines()) >= 6):
+        assert proc.poll() is None, "the launch ended before it could be stopped"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    _, output = finish(proc)  # torchrun's own status after a signal is its business
+    assert len([line for line in output.splitlines() if "received SIGTERM" in line]) == 1
+    saved = sorted((part / "checkpoints").glob("step_*"))
+    assert len(saved) == 1
+    step = int(saved[0].name.split("_")[1])
+    assert 1 <= step < 60
+    assert {p.name for p in saved[0].glob("random_states_*.pkl")} == {
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+    }
+    out = tmp_path / "resumed"
+    launch(*common, f"trainer.resume={part}", f"hydra.run.dir={out}", cwd=tmp_path)
+    got = read_trace(out)
+    for rank in range(2):
+        assert got[rank][0]["step"] == step + 1
+        assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
