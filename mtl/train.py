@@ -68,7 +68,10 @@ def main(cfg: DictConfig) -> float:
     sweepers such as Optuna optimize). Bad input ends the run with one line on stderr, status 2."""
     try:
         run(cfg)
-        results = json.loads((Path(cfg.output_dir) / "results.json").read_text())
+        path = Path(cfg.output_dir) / "results.json"
+        if not path.is_file():  # stopped by a signal: a checkpoint to resume, no results yet
+            return float("nan")
+        results = json.loads(path.read_text())
         return float(results["best"][results["monitor"]])
     except MtlError as err:
         # An error every rank raised alike is printed once, by rank 0.

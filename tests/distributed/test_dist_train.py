@@ -181,7 +181,8 @@ train()
 
 def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
     """Where accelerate would run each process on its own, the launch stops before training
-    with one line naming the fix, and every process exits with status 2."""
+    with one line naming the fix; the processes exit with status 2 (or are stopped by torchrun
+    once the first has)."""
     script = tmp_path / "wrong_device_train.py"
     script.write_text(WRONG_DEVICE.format(root=str(ROOT)))
     code, output = finish(start(cwd=tmp_path, script=script), timeout=120)
@@ -192,9 +193,11 @@ def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
         "trainer.cpu=true to run the 2 processes on CPU, or launch one process per device "
         "(--nproc_per_node / --num_processes)"
     ], output[-3000:]
-    # torchrun's failure summary has one "exitcode  : 2" entry per rank (its log lines say
-    # "(exitcode: 2)" without the space, and appear once or twice depending on timing).
-    assert len(re.findall(r"exitcode\s+: 2\b", output)) == 2, output[-3000:]
+    # torchrun's failure summary has one "exitcode  : N" entry per rank. The first rank to exit
+    # has status 2; torchrun then stops the other with SIGTERM (-15) unless it exited with 2
+    # first: which happens is a race.
+    codes = re.findall(r"exitcode\s+: (-?\d+)", output)
+    assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-15"}, output[-3000:]
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
