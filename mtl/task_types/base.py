@@ -122,6 +122,36 @@ class TaskType:
         """Predictions and references in the form this type's metric functions read."""
         return np.asarray(predictions), np.asarray(references)
 
+    # -- prediction (mtl-predict, rows without labels) ---------------------------------------
+
+    def input_columns(self) -> list[str]:
+        """The source columns prediction reads: `columns()` without the label column."""
+        return [c for c in self.columns() if c != self.config.label_column]
+
+    def dummy_labels(self, rows: dict[str, list], label_names) -> dict[str, list]:
+        """Stand-in label columns for rows without labels, so that `encode` can read them."""
+        n = len(rows[self.input_columns()[0]])
+        return {self.config.label_column: [0] * n}
+
+    def encode_inputs(
+        self, rows: dict[str, list], tokenizer, label_names: list[str] | None, where: str
+    ) -> dict[str, list]:
+        """`encode` for rows without labels (their labels are `dummy_labels`, not used)."""
+        return self.encode(
+            {**rows, **self.dummy_labels(rows, label_names)}, tokenizer, label_names, where
+        )
+
+    def outputs(self, logits: torch.Tensor, batch: dict) -> list[Any]:
+        """What `readable` reads of each row of `batch` (default: its logits as numpy)."""
+        return list(logits.float().cpu().numpy())
+
+    def readable(self, outputs: list, label_names, row: dict, encoded: list[dict]) -> dict:
+        """{"prediction": ..., "score": ...} of one source row from the `outputs` of its model
+        rows (and those rows as encoded); default: the class with the highest probability."""
+        probs = softmax(np.asarray(outputs[0], dtype=np.float64))
+        k = int(probs.argmax())
+        return {"prediction": label_names[k], "score": float(probs[k])}
+
     @property
     def main_metric(self) -> str:
         return next(iter(self.metrics))
@@ -147,6 +177,12 @@ class TaskType:
                     f"choose from {', '.join(self.metric_functions)} or give module.function"
                 )
         return resolved
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis."""
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
 def label_id(label: Any, ids: dict[str, int], n: int, where: str) -> int:

@@ -28,7 +28,7 @@ from torch.utils.data import Dataset as TorchDataset
 from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import mean_pool
-from mtl.task_types.base import TaskType
+from mtl.task_types.base import TaskType, softmax
 
 
 class MultipleChoiceHead(nn.Module):
@@ -257,6 +257,20 @@ class MultipleChoice(TaskType):
     def predict(self, logits: torch.Tensor, batch: dict) -> list[int]:
         """The index of each example's best-scored choice."""
         return by_example(logits.float(), len(batch["labels"])).argmax(-1).cpu().tolist()
+
+    def outputs(self, logits: torch.Tensor, batch: dict) -> list:
+        """The scores [C] of each example's choices (filler choices included)."""
+        return list(by_example(logits.float(), len(batch["labels"])).cpu().numpy())
+
+    def readable(self, outputs, label_names, row, encoded):
+        """The best choice ({"index", "text"}) and its probability over the row's choices."""
+        n = len(encoded[0]["choice_lengths"])
+        probs = softmax(np.asarray(outputs[0][:n], dtype=np.float64))
+        k = int(probs.argmax())
+        return {
+            "prediction": {"index": k, "text": row[self.config.choices_column][k]},
+            "score": float(probs[k]),
+        }
 
 
 def _strings(values: list, column: str, where: str) -> list[str]:

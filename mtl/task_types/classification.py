@@ -96,6 +96,13 @@ class Regression(TaskType):
     def predict(self, logits: torch.Tensor, batch: dict) -> list[float]:
         return logits.float().reshape(-1).cpu().tolist()
 
+    def dummy_labels(self, rows, label_names):
+        return {self.config.label_column: [0.0] * len(rows[self.config.text_column])}
+
+    def readable(self, outputs, label_names, row, encoded):
+        """The predicted value (no score)."""
+        return {"prediction": float(np.asarray(outputs[0]).reshape(-1)[0])}
+
 
 def _to_float(label: Any, where: str) -> float:
     try:

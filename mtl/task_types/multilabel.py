@@ -117,6 +117,18 @@ class MultiLabelClassification(TaskType):
         """The 0/1 indicator row of every example: label k where sigmoid(logit k) > 0.5."""
         return (torch.sigmoid(logits.float()) > 0.5).int().cpu().tolist()
 
+    def dummy_labels(self, rows, label_names):
+        return {self.config.label_column: [[] for _ in rows[self.config.text_column]]}
+
+    def readable(self, outputs, label_names, row, encoded):
+        """The labels whose probability is above 0.5, and those probabilities."""
+        probs = 1 / (1 + np.exp(-np.asarray(outputs[0], dtype=np.float64)))
+        chosen = [k for k, p in enumerate(probs) if p > 0.5]
+        return {
+            "prediction": [label_names[k] for k in chosen],
+            "score": [float(probs[k]) for k in chosen],
+        }
+
     def prepare(self, predictions, references, label_names):
         k = len(label_names)
         return (

@@ -149,6 +149,29 @@ class QuestionAnswering(TaskType):
         scores = logits.float().cpu().numpy()
         return [(scores[i, :n, 0].copy(), scores[i, :n, 1].copy()) for i, n in enumerate(lengths)]
 
+    def input_columns(self) -> list[str]:
+        return [self.question_column, self.context_column]
+
+    def dummy_labels(self, rows, label_names):
+        n = len(rows[self.question_column])
+        return {self.answers_column: [{"text": [], "answer_start": []} for _ in range(n)]}
+
+    def outputs(self, logits: torch.Tensor, batch: dict) -> list:
+        return self.predict(logits, batch)
+
+    def readable(self, outputs, label_names, row, encoded):
+        """The best span over the question's windows (as in `answers`, never "") and its score
+        (start + end logit)."""
+        best = (-np.inf, "")
+        for (start_logits, end_logits), window in zip(outputs, encoded, strict=True):
+            starts = np.asarray(window["offset_start"][: len(start_logits)])
+            ends = np.asarray(window["offset_end"][: len(start_logits)])
+            span = best_span(start_logits, end_logits, starts != OUTSIDE, self.max_answer_length)
+            if span is not None and span[0] > best[0]:
+                score, s, e = span
+                best = (score, window["context"][starts[s] : ends[e]])
+        return {"prediction": best[1], "score": float(best[0]) if best[1] else None}
+
     def references(self, dev, label_names) -> list[list[str]]:
         """The gold answer texts of each question ([] when it has none), in source row order."""
         first = _first_windows(dev)

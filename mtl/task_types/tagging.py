@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import TokenClassificationHead
-from mtl.task_types.base import IGNORE_INDEX, TaskType, label_id, names_from_values
+from mtl.task_types.base import IGNORE_INDEX, TaskType, label_id, names_from_values, softmax
 
 
 def is_bio(tags: Iterable[str]) -> bool:
@@ -52,9 +53,7 @@ class TokenClassification(TaskType):
         return names_from_values([tag for tags in labels for tag in tags], f"task {self.name!r}")
 
     def encode(self, rows, tokenizer, label_names, where):
-        words = [
-            t.split() if isinstance(t, str) else list(t) for t in rows[self.config.text_column]
-        ]
+        words = [_words(t) for t in rows[self.config.text_column]]
         tags = rows[self.config.label_column]
         for w, t in zip(words, tags, strict=True):
             if len(w) != len(t):
@@ -92,6 +91,26 @@ class TokenClassification(TaskType):
         keep = (labels != IGNORE_INDEX).cpu().numpy()
         return [row[mask].tolist() for row, mask in zip(pred, keep, strict=True)]
 
+    def dummy_labels(self, rows, label_names):
+        texts = rows[self.config.text_column]
+        return {self.config.label_column: [[0] * len(_words(t)) for t in texts]}
+
+    def outputs(self, logits: torch.Tensor, batch: dict) -> list:
+        """The logits [words, tags] of every scored word (first sub-token) of each row."""
+        labels = batch["labels"]
+        scores = logits[:, : labels.shape[1]].float().cpu().numpy()
+        keep = (labels != IGNORE_INDEX).cpu().numpy()
+        return [row[mask] for row, mask in zip(scores, keep, strict=True)]
+
+    def readable(self, outputs, label_names, row, encoded):
+        """A tag per word (words past `max_length` get none), and each tag's probability."""
+        probs = softmax(np.asarray(outputs[0], dtype=np.float64))
+        best = probs.argmax(-1)
+        return {
+            "prediction": [label_names[k] for k in best],
+            "score": [float(p[k]) for p, k in zip(probs, best, strict=True)],
+        }
+
     def references(self, dev, label_names):
         return [[t for t in row if t != IGNORE_INDEX] for row in dev["labels"]]
 
@@ -101,3 +120,8 @@ class TokenClassification(TaskType):
             [[label_names[i] for i in row] for row in predictions],
             [[label_names[i] for i in row] for row in references],
         )
+
+
+def _words(text) -> list:
+    """A row's words: a list as given, or a string split on whitespace."""
+    return text.split() if isinstance(text, str) else list(text)

@@ -1,0 +1,313 @@
+"""`mtl-predict`: a trained model's predictions for the rows of a file.
+
+    mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
+        output=<file or -> [batch_size=32] [overwrite=false]
+
+Input and output are jsonl (`.jsonl`/`.json`) or csv (`.csv`) by extension, `-` is jsonl on
+stdin/stdout. Each output row is the input row (its fields kept, in input order) plus
+`prediction` and `score` (with several tasks `<task>.prediction` and `<task>.score`): see the
+task types' `readable`. Rows are batched by length (fewer pad tokens), the order restored.
+Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtl.errors import MtlError
+
+USAGE = (
+    "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
+    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false]"
+)
+KEYS = {"model", "task", "input", "output", "batch_size", "overwrite"}
+CHUNK = 1000  # source rows encoded at a time
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """`key=value` arguments -> options (one-line MtlError for anything else)."""
+    options: dict[str, Any] = {"batch_size": 32, "overwrite": False}
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if not eq or key not in KEYS:
+            raise MtlError(f"unknown argument {arg!r}; {USAGE.removeprefix('usage: ')}")
+        options[key] = value
+    for key in ("model", "task", "input", "output"):
+        if key not in options or options[key] == "":
+            raise MtlError(f"{key}= is missing; {USAGE.removeprefix('usage: ')}")
+    try:
+        options["batch_size"] = int(options["batch_size"])
+        assert options["batch_size"] >= 1
+    except (ValueError, AssertionError):
+        raise MtlError(f"batch_size={options['batch_size']} must be an integer >= 1") from None
+    overwrite = str(options["overwrite"]).lower()
+    if overwrite not in ("true", "false"):
+        raise MtlError(f"overwrite={options['overwrite']} must be true or false")
+    options["overwrite"] = overwrite == "true"
+    task = options["task"].strip()
+    names = task[1:-1].split(",") if task.startswith("[") and task.endswith("]") else [task]
+    options["task"] = [n.strip() for n in names if n.strip()]
+    if not options["task"]:
+        raise MtlError("task= names no task; give task=<name> or task=[a,b]")
+    return options
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def _format(path: str) -> str:
+    if path == "-":
+        return "jsonl"
+    suffix = Path(path).suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    raise MtlError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json or .csv (or -)")
+
+
+def read_rows(path: str) -> tuple[list[dict], bool]:
+    """The rows of a jsonl/csv file or stdin, and whether they came from csv (string cells)."""
+    kind = _format(path)
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise MtlError(
+            f"input={path}: cannot read it ({type(err).__name__}); give a readable "
+            "jsonl or csv file"
+        ) from None
+    if kind == "csv":
+        try:
+            rows = list(csv.DictReader(io.StringIO(text)))
+        except csv.Error as err:
+            raise MtlError(f"input={path}: not valid csv ({err})") from None
+        return rows, True
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise MtlError(
+                f"input={path}: line {number} is not JSON; give one JSON object per line"
+            ) from None
+        if not isinstance(row, dict):
+            raise MtlError(f"input={path}: line {number} is not a JSON object")
+        rows.append(row)
+    return rows, False
+
+
+def _cell(value: Any) -> Any:
+    """A csv cell holding a JSON list or object (choices, answers) as that value."""
+    if isinstance(value, str) and value[:1] in "[{" and value:
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def render(rows: list[dict], kind: str) -> str:
+    if kind == "jsonl":
+        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {
+                k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
+                for k, v in row.items()
+            }
+        )
+    return buffer.getvalue()
+
+
+def write_output(path: str, text: str) -> None:
+    """Write whole or not at all (a temporary file renamed into place)."""
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- prediction -----------------------------------------------------------------------------------
+
+
+def predict_task(
+    loaded,
+    name: str,
+    rows: list[dict],
+    *,
+    batch_size: int = 32,
+    sort: bool = True,
+    device=None,
+    from_csv: bool = False,
+    progress: bool = False,
+) -> list[dict]:
+    """{"prediction", ("score")} of every row for task `name`, in row order.
+
+    `sort`: batches of rows of similar length (longest first), else in input order."""
+    import torch
+    from datasets import Dataset
+
+    from mtl.evaluate import to_device
+
+    if name not in loaded.tasks:
+        raise MtlError(
+            f"task={name}: the model was not trained on it; choose from {', '.join(loaded.tasks)}"
+        )
+    info = loaded.tasks[name]
+    task_type = info.task_type
+    columns = task_type.input_columns()
+    for number, row in enumerate(rows, 1):
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise MtlError(
+                f"task={name}: input row {number} has no column {missing[0]!r}; the task reads "
+                f"{', '.join(columns)}"
+            )
+    if not rows:
+        return []
+    where = f"task {name!r}, input"
+    encoded: dict[str, list] = {}
+    for start in range(0, len(rows), CHUNK):
+        part = rows[start : start + CHUNK]
+        values = {c: [_cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
+        out = task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
+        ids = out.get("example_id", range(len(part)))
+        out["example_id"] = [start + int(i) for i in ids]
+        for key, value in out.items():
+            encoded.setdefault(key, []).extend(value)
+    data = task_type.dataset(Dataset.from_dict(encoded))
+    collate = task_type.collator(loaded.tokenizer.pad_token_id)
+    lengths = np.asarray(encoded["length"])
+    order = np.argsort(-lengths, kind="stable") if sort else np.arange(len(lengths))
+    batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+    device = device or next(loaded.model.parameters()).device
+    outputs: list[Any] = [None] * len(lengths)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(lengths), desc=f"predict {name}", unit="row", file=sys.stderr)
+    with torch.inference_mode():
+        for indices in batches:
+            batch = to_device(collate(data.__getitems__(indices)), device)
+            batch["task"] = name
+            logits = loaded.model.logits(batch)[name]
+            for index, value in zip(indices, task_type.outputs(logits, batch), strict=True):
+                outputs[index] = value
+            if bar is not None:
+                bar.update(len(indices))
+    if bar is not None:
+        bar.close()
+    windows: dict[int, list[int]] = {}
+    for index, example in enumerate(encoded["example_id"]):
+        windows.setdefault(example, []).append(index)
+    keys = list(encoded)
+    results = []
+    for number, row in enumerate(rows):
+        model_rows = windows.get(number, [])
+        results.append(
+            task_type.readable(
+                [outputs[i] for i in model_rows],
+                info.label_names,
+                {c: _cell(row[c]) if from_csv else row[c] for c in row},
+                [{k: encoded[k][i] for k in keys} for i in model_rows],
+            )
+        )
+    return results
+
+
+def predict_rows(loaded, tasks: list[str], rows: list[dict], **options) -> list[dict]:
+    """The input rows with each task's prediction (and score) added."""
+    for name in tasks:
+        if name not in loaded.tasks:
+            raise MtlError(
+                f"task={name}: the model was not trained on it; choose from "
+                f"{', '.join(loaded.tasks)}"
+            )
+    out = [dict(row) for row in rows]
+    for name in tasks:
+        results = predict_task(loaded, name, rows, **options)
+        for row, result in zip(out, results, strict=True):
+            for key, value in result.items():
+                row[key if len(tasks) == 1 else f"{name}.{key}"] = value
+    return out
+
+
+def run(options: dict[str, Any]) -> None:
+    import torch
+
+    from mtl.export import load_model
+
+    out_path = options["output"]
+    out_kind = _format(out_path)
+    if out_path != "-":
+        target = Path(out_path)
+        if target.exists() and not options["overwrite"]:
+            raise MtlError(f"output={out_path} exists; give overwrite=true or another path")
+        if not target.parent.is_dir():
+            raise MtlError(f"output={out_path}: no folder {target.parent}; create it first")
+    rows, from_csv = read_rows(options["input"])
+    loaded = load_model(options["model"])
+    for name in options["task"]:
+        if name not in loaded.tasks:
+            raise MtlError(
+                f"task={name}: the model was not trained on it; choose from "
+                f"{', '.join(loaded.tasks)}"
+            )
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded.model.to(device)
+    out = predict_rows(
+        loaded,
+        options["task"],
+        rows,
+        batch_size=options["batch_size"],
+        device=device,
+        from_csv=from_csv,
+        progress=out_path != "-",
+    )
+    write_output(out_path, render(out, out_kind))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        sys.exit(0 if args else 2)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from mtl.export import quiet
+
+        quiet()
+        run(parse_args(args))
+    except MtlError as err:
+        print(f"mtl: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
