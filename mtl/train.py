@@ -99,6 +99,7 @@ class Run:
     window: Window
     tracer: Tracer | None = None
     progress: Any = None
+    task_index: dict[str, int] = field(default_factory=dict)  # row of a task in loss_sums
     last_eval: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1
     stop: StopSignal | None = None
@@ -182,6 +183,7 @@ def build_run(cfg: DictConfig, settings: Settings) -> Run:
         cfg, settings, run_dir, accelerator, tasks, loader, model, optimizer, scheduler,
         logger, state, total_steps, Window(loss_sums, state.step + 1),
     )  # fmt: skip
+    r.task_index = {name: i for i, name in enumerate(tasks)}
     if t.trace:
         sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
         r.tracer = Tracer(run_dir, accelerator, sizes)
@@ -228,10 +230,9 @@ def micro_step(r: Run, batch: dict, sync: bool, group: int) -> None:
     with contextlib.nullcontext() if sync else r.accelerator.no_sync(r.model):
         out = r.model(batch)
         r.accelerator.backward(out["loss"] / group)
-    index = {name: i for i, name in enumerate(r.tasks)}
     for name, value in out["task_losses"].items():
-        r.window.loss_sums[index[name], 0] += value.detach().float()
-        r.window.loss_sums[index[name], 1] += 1
+        r.window.loss_sums[r.task_index[name], 0] += value.detach().float()
+        r.window.loss_sums[r.task_index[name], 1] += 1
     if r.tracer is not None:
         r.tracer.add(batch, out["loss"].detach())
 

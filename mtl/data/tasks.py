@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
@@ -35,11 +35,17 @@ class Task:
     name: str
     type: str
     task_type: TaskType
-    train: Dataset
-    dev: Dataset
+    splits: dict[str, Dataset]
     label_names: list[str] | None = None
     pad_token_id: int = 0
-    splits: dict[str, Dataset] = field(default_factory=dict)
+
+    @property
+    def train(self) -> Dataset:
+        return self.splits["train"]
+
+    @property
+    def dev(self) -> Dataset:
+        return self.splits["dev"]
 
     @property
     def num_labels(self) -> int:
@@ -102,16 +108,7 @@ def build_task_from_config(
             for split, ds in raw.items()
         }
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Task(
-        name,
-        config.type,
-        task_type,
-        encoded["train"],
-        encoded["dev"],
-        label_names,
-        pad_token_id,
-        encoded,
-    )
+    return Task(name, config.type, task_type, encoded, label_names, pad_token_id)
 
 
 @contextmanager
