@@ -21,7 +21,8 @@ from mtl.config import Settings
 from mtl.data import Task, build_task_from_config, load_tokenizer, task_loader
 from mtl.distributed import env_rank
 from mtl.errors import MtlError
-from mtl.models import MultiTaskModel, encoder_config, load_encoder
+from mtl.models import MultiTaskModel, encoder_config, load_encoder_and_pooler
+from mtl.models.heads import init_poolers
 
 
 def build_tasks(settings: Settings, seed: int) -> tuple[dict[str, Task], object]:
@@ -133,12 +134,16 @@ def _one_line(cause: BaseException, group: str) -> MtlError:
 def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     """The encoder and each task's head (from its task type, or its config's `head`)."""
     m = settings.model
-    encoder = load_encoder(m.name_or_path, random_init=m.random_init, config=dict(m.config))
+    encoder, pooler = load_encoder_and_pooler(
+        m.name_or_path, random_init=m.random_init, config=dict(m.config)
+    )
     hidden = encoder.config.hidden_size
     heads = {
         name: task.task_type.make_head(hidden, task.num_labels, m.head_dropout)
         for name, task in tasks.items()
     }
+    if pooler is not None:
+        init_poolers(heads, pooler.weight, pooler.bias)
     model = MultiTaskModel(encoder, heads, loss_weights=m.loss_weights)
     if m.init_from:
         init_from(model, m.init_from)

@@ -1,6 +1,11 @@
 """Shared encoder and per-task heads."""
 
-from mtl.models.encoder import encoder_config, load_encoder, resolve_model_path
+from mtl.models.encoder import (
+    encoder_config,
+    load_encoder,
+    load_encoder_and_pooler,
+    resolve_model_path,
+)
 from mtl.models.heads import (
     RegressionHead,
     SequenceClassificationHead,
@@ -15,5 +20,6 @@ __all__ = [
     "TokenClassificationHead",
     "encoder_config",
     "load_encoder",
+    "load_encoder_and_pooler",
     "resolve_model_path",
 ]

@@ -42,16 +42,38 @@ def encoder_config(name_or_path: str | None = None, config: dict | None = None):
 def load_encoder(
     name_or_path: str | None = None, *, random_init: bool = False, config: dict | None = None
 ) -> nn.Module:
-    """Pretrained weights from a hub name or local path (None: the packaged MiniLM).
+    """Pretrained weights from a hub name or local path (None: the packaged MiniLM), without the
+    encoder's own pooler (each sentence-level head has its own; see `load_encoder_and_pooler`).
 
     `random_init=True` builds the architecture from `config` (overrides of the named model's
     config, e.g. a tiny BERT for tests) with freshly initialised weights.
+    """
+    return load_encoder_and_pooler(name_or_path, random_init=random_init, config=config)[0]
+
+
+def load_encoder_and_pooler(
+    name_or_path: str | None = None, *, random_init: bool = False, config: dict | None = None
+) -> tuple[nn.Module, nn.Linear | None]:
+    """(encoder, its pretrained pooler's dense layer or None).
+
+    BERT-style encoders carry a pooler (`tanh(dense(first token))`); it is taken out of the
+    encoder, and its trained weights (None when the checkpoint has none, or with
+    `random_init`) start the heads' poolers (`mtl.models.heads.init_poolers`).
     """
     from transformers import AutoModel
 
     path = resolve_model_path(name_or_path)
     model_config = encoder_config(name_or_path, config)
-    kwargs = {"add_pooling_layer": False} if model_config.model_type == "bert" else {}
     if random_init:
-        return AutoModel.from_config(model_config, **kwargs)
-    return AutoModel.from_pretrained(path, config=model_config, **kwargs)
+        model, missing = AutoModel.from_config(model_config), None
+    else:
+        model, info = AutoModel.from_pretrained(path, config=model_config, output_loading_info=True)
+        missing = info.get("missing_keys", [])
+    pooler = getattr(model, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    if not isinstance(dense, nn.Linear):
+        return model, None
+    model.pooler = None  # BERT-family forwards skip a None pooler
+    if missing is None or any("pooler" in key for key in missing):
+        return model, None
+    return model, dense

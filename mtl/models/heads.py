@@ -2,6 +2,15 @@
 
 Each head maps hidden states `[B, L, H]` (plus the attention mask) to its outputs and owns its
 loss, so the multi-task model never needs to know a task's type.
+
+Sentence-level heads pool in one of two ways (`pooling`):
+- `"cls"` (default): BERT's pooler, `tanh(dense(first token))`, one per task, started from the
+  encoder's pretrained pooler when it has one (`init_poolers`). Head = pooler -> dropout ->
+  linear is exactly what transformers' `BertFor{SequenceClassification,MultipleChoice}` compute,
+  so each such task exports as a standard transformers model (`mtl-export`).
+- `"mean"`: the average of the non-pad token states (the pooling all-MiniLM-L6-v2 was trained
+  with); `head: {_target_: mtl.models.heads.SequenceClassificationHead, pooling: mean}`. Such a
+  task is used through `mtl.load_model` / `mtl-predict` (no standard transformers class pools so).
 """
 
 from __future__ import annotations
@@ -19,16 +28,48 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-class SequenceClassificationHead(nn.Module):
-    """Mean-pooled sentence vector -> logits over `num_labels`; cross-entropy loss."""
+POOLINGS = ("cls", "mean")
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+
+class PooledHead(nn.Module):
+    """Base of the sentence-level heads: `pool(hidden, mask)` -> dropout -> `out` (a linear map
+    to `out_features`); with `pooling="cls"` the head owns `pooler` (dense H -> H, then tanh)."""
+
+    def __init__(self, hidden_size: int, out_features: int, dropout: float, pooling: str):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r}; use one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
+        self.pooler = nn.Linear(hidden_size, hidden_size) if pooling == "cls" else None
         self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, num_labels)
+        self.out = nn.Linear(hidden_size, out_features)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.pooler is None:
+            return mean_pool(hidden, attention_mask)
+        return torch.tanh(self.pooler(hidden[:, 0]))
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.out(self.dropout(mean_pool(hidden, attention_mask)))
+        return self.out(self.dropout(self.pool(hidden, attention_mask)))
+
+
+def init_poolers(heads: dict[str, nn.Module], weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """Start every head's `pooler` from the encoder's pretrained pooler (`weight`, `bias`)."""
+    with torch.no_grad():
+        for head in heads.values():
+            pooler = getattr(head, "pooler", None)
+            if isinstance(pooler, nn.Linear) and pooler.weight.shape == weight.shape:
+                pooler.weight.copy_(weight)
+                pooler.bias.copy_(bias)
+
+
+class SequenceClassificationHead(PooledHead):
+    """Pooled sentence vector -> logits over `num_labels`; cross-entropy loss."""
+
+    def __init__(
+        self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls"
+    ):
+        super().__init__(hidden_size, num_labels, dropout, pooling)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), labels)
@@ -54,16 +95,16 @@ class TokenClassificationHead(nn.Module):
         )
 
 
-class RegressionHead(nn.Module):
-    """Mean-pooled sentence vector -> one real value; mean squared error loss."""
+class RegressionHead(PooledHead):
+    """Pooled sentence vector -> one real value; mean squared error loss."""
 
-    def __init__(self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, 1)
+    def __init__(
+        self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1, pooling: str = "cls"
+    ):
+        super().__init__(hidden_size, 1, dropout, pooling)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.out(self.dropout(mean_pool(hidden, attention_mask))).squeeze(-1)
+        return super().forward(hidden, attention_mask).squeeze(-1)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(logits.float(), labels.float())

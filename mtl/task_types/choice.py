@@ -21,32 +21,31 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
-from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset as TorchDataset
 
 from mtl import metrics
 from mtl.errors import MtlError
-from mtl.models.heads import mean_pool
+from mtl.models.heads import PooledHead
 from mtl.task_types.base import TaskType, softmax
 
 
-class MultipleChoiceHead(nn.Module):
-    """Mean-pooled vector of each choice row -> one score; softmax cross-entropy over each
-    example's choices.
+class MultipleChoiceHead(PooledHead):
+    """Pooled vector of each choice row -> one score; softmax cross-entropy over each example's
+    choices (`pooling`: see `mtl.models.heads`; "cls" is `BertForMultipleChoice`'s head).
 
     `forward(hidden [N, L, H], attention_mask [N, L]) -> scores [N]`, a row with no tokens (an
     empty filler choice) scoring the dtype's lowest value, so that it gets no probability.
     `loss(scores [N], labels [B])`: the N rows are B examples of N / B choices each, in order.
     """
 
-    def __init__(self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, 1)
+    def __init__(
+        self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1, pooling: str = "cls"
+    ):
+        super().__init__(hidden_size, 1, dropout, pooling)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        scores = self.out(self.dropout(mean_pool(hidden, attention_mask))).squeeze(-1)
+        scores = super().forward(hidden, attention_mask).squeeze(-1)
         empty = attention_mask.sum(-1) == 0
         return scores.masked_fill(empty, torch.finfo(scores.dtype).min)
 

@@ -17,7 +17,7 @@ from mtl.task_types.classification import encode_texts, model_rows, text_columns
 
 
 class MultiLabelHead(SequenceClassificationHead):
-    """Mean-pooled sentence vector -> one logit per label; binary cross-entropy per label.
+    """Pooled sentence vector -> one logit per label; binary cross-entropy per label.
 
     `loss` reads the first `num_labels` columns of `labels`, so labels that a composite loader
     right-padded (with -100) still line up.

@@ -117,9 +117,10 @@ def test_a_batch_of_equal_choice_counts_has_no_filler_rows(tmp_path, tokenizer):
     assert batch["attention_mask"].sum(1).gt(0).all()
 
 
-def test_loss_is_the_softmax_cross_entropy_over_each_examples_choices():
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_loss_is_the_softmax_cross_entropy_over_each_examples_choices(pooling):
     torch.manual_seed(0)
-    head = MultipleChoiceHead(8, dropout=0.0)
+    head = MultipleChoiceHead(8, dropout=0.0, pooling=pooling)
     hidden = torch.randn(9, 5, 8)
     counts = [3, 1, 2]  # 3 examples, 3 rows each: fillers after the real choices
     mask = torch.zeros(9, 5, dtype=torch.long)
@@ -136,8 +137,14 @@ def test_loss_is_the_softmax_cross_entropy_over_each_examples_choices():
     for b, n in enumerate(counts):
         s = []
         for j in range(n):
-            m = mask[b * 3 + j].bool()
-            s.append(float(hidden[b * 3 + j][m].mean(0) @ w) + bias)
+            row = hidden[b * 3 + j]
+            if pooling == "mean":
+                pooled = row[mask[b * 3 + j].bool()].mean(0)
+            else:  # BERT's pooler: tanh(dense(first token))
+                pooled = torch.tanh(
+                    head.pooler.weight.detach() @ row[0] + head.pooler.bias.detach()
+                )
+            s.append(float(pooled @ w) + bias)
         assert scores[b * 3 : b * 3 + n].tolist() == pytest.approx(s, rel=1e-5)
         log_norm = math.log(sum(math.exp(x) for x in s))
         expected += (log_norm - s[labels[b]]) / len(counts)
