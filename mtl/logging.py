@@ -103,12 +103,16 @@ class ShareMeter:
     def __init__(self, tasks: list[str]):
 
         self.tasks = tasks
-        self.window = torch.zeros(len(tasks) + 2, dtype=torch.float64)  # tasks, tokens, padded
+        # per task, then: sequences (rows the encoder reads), real tokens, padded tokens
+        self.window = torch.zeros(len(tasks) + 3, dtype=torch.float64)
         self.total = torch.zeros(len(tasks), dtype=torch.float64)
 
-    def update(self, task_counts: dict[str, int], tokens: int, padded: int) -> None:
+    def update(
+        self, task_counts: dict[str, int], tokens: int, padded: int, sequences: int = 0
+    ) -> None:
         for name, count in task_counts.items():
             self.window[self.tasks.index(name)] += count
+        self.window[-3] += sequences
         self.window[-2] += tokens
         self.window[-1] += padded
 
@@ -123,6 +127,7 @@ class ShareMeter:
             out[f"share_total/{name}"] = float(self.total[i] / self.total.sum().clamp(min=1))
             if name in target:
                 out[f"share_target/{name}"] = float(target[name])
+        out["sequences"] = float(window[-3])
         out["tokens"] = float(window[-2])
         out["padding_efficiency"] = float(window[-2] / window[-1].clamp(min=1))
         return out

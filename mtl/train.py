@@ -223,7 +223,7 @@ def micro_step(r: Run, batch: dict, sync: bool, group: int) -> None:
     """Forward and backward of one batch; gradients are all-reduced only when `sync`."""
     mask = batch["attention_mask"]
     tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
-    r.state.shares.update(task_counts(batch), tokens, mask.numel())
+    r.state.shares.update(task_counts(batch), tokens, mask.numel(), sequences=mask.shape[0])
     batch = to_device(batch, r.accelerator.device)
     # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
     # earlier micro-batch of the step: tests/distributed checks grad_accum 2.
@@ -274,6 +274,8 @@ def log_window(r: Run) -> None:
     )
     seconds = time.perf_counter() - r.window.started
     figures["tokens_per_s"] = figures.pop("tokens") / max(seconds, 1e-9)
+    # sequences the encoder reads: an example, or each choice or QA window of one
+    figures["examples_per_s"] = figures.pop("sequences") / max(seconds, 1e-9)
     figures["lr"] = r.scheduler.get_last_lr()[0]
     figures["epoch"] = r.state.epoch
     r.logger.log(figures, step=step)

@@ -144,6 +144,7 @@ def workspace_spec(
     throughput = [
         line("padding efficiency", ["padding_efficiency"]),
         line("tokens per second", ["tokens_per_s"]),
+        line("examples per second", ["examples_per_s"]),
         line("learning rate", ["lr"]),
     ]
     if monitor:

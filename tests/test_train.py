@@ -42,6 +42,9 @@ def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
             shares = [row[f"share/{t}"] for t in TASKS]
             assert sum(shares) == pytest.approx(1.0)
             assert 0 < row["padding_efficiency"] <= 1
+            # sequences per real token: each sequence holds 2 ([CLS] [SEP]) to 64 tokens here
+            per_token = row["examples_per_s"] / row["tokens_per_s"]
+            assert 1 / 64 <= per_token <= 1 / 2
     assert (tmp_path / "run" / "checkpoints" / "step_0000004").is_dir()
 
 
