@@ -357,12 +357,22 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
 
 
 def trained_weights(path: str) -> tuple[dict, Path]:
-    """The model weights of a run folder (its best model, else its latest complete checkpoint)
-    or of a checkpoint folder, and the file they came from (`model.init_from`)."""
+    """The model weights of a run folder (its best model, else its latest complete checkpoint),
+    a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
+    heads.safetensors), and where they came from (`model.init_from`)."""
     import torch
     from safetensors.torch import load_file
 
+    from mtl.export import HEADS_FILE, is_export
+
     folder = Path(path)
+    if is_export(folder):
+        from mtl.models import load_encoder
+
+        encoder = load_encoder(str(folder)).state_dict()
+        heads = load_file(folder / HEADS_FILE)
+        state = {f"encoder.{k}": v for k, v in encoder.items()}
+        return state | {f"heads.{k}": v for k, v in heads.items()}, folder
     best = folder / "checkpoints" / BEST / "model.pt"
     if (folder / "checkpoints" / BEST / MARKER).is_file():
         return torch.load(best, map_location="cpu", weights_only=True), best
@@ -372,7 +382,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
         checkpoint = Path(resolve_checkpoint(path))
     except MtlError:
         raise MtlError(
-            f"model.init_from={path}: not an mtl run or checkpoint folder (no complete "
-            "checkpoint in it); give <run folder> or <run>/checkpoints/step_N"
+            f"model.init_from={path}: not an mtl run, checkpoint or export folder (no complete "
+            "checkpoint in it); give <run folder>, <run>/checkpoints/step_N or <run>/export"
         ) from None
     return load_file(checkpoint / "model.safetensors"), checkpoint

@@ -48,6 +48,9 @@ class TrainerConfig:
     # Several processes: a collective waiting longer fails the run instead of hanging.
     dist_timeout_s: float = 600.0
     trace: bool = False  # write trace_rank<r>.jsonl: tasks, example ids, loss, param hash per step
+    # At the end, write <run>/export from the best model: mtl.load_model / mtl-predict's folder
+    # and <run>/export/<task>/, a standard transformers model per task (mtl.export).
+    export: bool = True
 
     def check(self) -> None:
         _at_least("trainer.epochs", self.epochs, 1)
@@ -79,8 +82,8 @@ class ModelConfig:
     config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
     head_dropout: float = 0.1
     loss_weights: dict[str, float] = field(default_factory=dict)  # {task: weight}, default 1.0
-    # A trained mtl run (its best model, else its latest checkpoint) or checkpoint folder: its
-    # encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.
+    # A trained mtl run (its best model, else its latest checkpoint), checkpoint or export folder:
+    # its encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.
     init_from: str | None = None
 
     def check(self) -> None:

@@ -4,15 +4,24 @@ An export folder holds the encoder and the tokenizer in Hugging Face format (`sa
 `heads.safetensors` (every head's weights, keyed `<task>.<parameter>`) and `mtl_tasks.json`
 (per task: its `TaskConfig`, label names and the head's constructor arguments). The weights come
 from a run folder's best model (else its latest complete checkpoint) or a checkpoint folder;
-the tasks and model settings from the run's `.hydra/config.yaml`.
+the tasks and model settings from the run's `.hydra/config.yaml`. A run writes `<run>/export`
+itself when it ends (`trainer.export`).
+
+Each task also gets `<export>/<task>/`: a standard transformers model (`AutoModelFor...`, with
+its labels) and its tokenizer (`model_max_length` = the task's `max_length`), for
+`transformers.pipeline` and any code that reads such folders (`standard_model`). A task whose
+head has no transformers counterpart (mean pooling, a head of your own, an encoder that is not
+BERT-family) gets none, and one line on stderr saying why.
 
     mtl-export <run folder | checkpoint folder> [out]     (default out: <run>/export)
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -96,13 +105,61 @@ def trained_model(path: str | Path):
     return model, tokenizer, tasks, settings
 
 
-def export_model(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write the export folder of a run (its best model) or checkpoint folder; returns it."""
+def export_model(
+    run_or_checkpoint: str | Path, out_dir: str | Path, *, standard: bool = True
+) -> Path:
+    """Write the export folder of a run (its best model) or checkpoint folder; returns it.
+    `standard`: also a transformers model folder per task (`write_export`)."""
+    model, tokenizer, tasks, settings = trained_model(run_or_checkpoint)
+    return write_export(model, tokenizer, tasks, settings, out_dir, standard=standard)
+
+
+def write_export(model, tokenizer, tasks: dict, settings, out_dir: str | Path, *, standard=True):
+    """The export folder of an in-memory model (eval mode while writing), whole or not at all:
+    written beside `out_dir` as `.tmp-<name>` and renamed into place.
+
+    With `standard`, each task whose head maps onto a transformers class also gets
+    `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
+    line on stderr saying why and what to use instead."""
+    from transformers.utils import logging as hf_logging
+
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = out.parent / f".tmp-{out.name}", out.parent / f".old-{out.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    was_training = model.training
+    model.eval()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" once per folder
+    try:
+        _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
+        for name, task in tasks.items() if standard else ():
+            config = task.task_type.config
+            hf, reason = standard_model(model, name, task.task_type, task.label_names, tokenizer)
+            if hf is None:
+                print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
+                continue
+            hf.save_pretrained(tmp / name)
+            task_tokenizer = copy.deepcopy(tokenizer)
+            task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike
+            task_tokenizer.save_pretrained(tmp / name)
+        if out.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.train(was_training)
+        if bars:
+            hf_logging.enable_progress_bar()
+    return out
+
+
+def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
     from safetensors.torch import save_file
 
-    model, tokenizer, tasks, settings = trained_model(run_or_checkpoint)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True)
     model.encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
     heads = {
@@ -123,14 +180,150 @@ def export_model(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
                     f"{type(model.heads[name]).__qualname__}",
                     "hidden_size": hidden,
                     "num_labels": task.num_labels,
-                    "dropout": settings.model.head_dropout,
+                    "dropout": head_dropout,
                 },
             }
             for name, task in tasks.items()
         },
     }
     (out / TASKS_FILE).write_text(json.dumps(meta, indent=1))
-    return out
+
+
+# -- one task as a standard transformers model ---------------------------------------------------
+
+USE_MTL = "use mtl.load_model / mtl-predict"
+
+
+@dataclass
+class Standard:
+    """How a task type's head maps onto a transformers class: the `AutoModelFor...` name, the
+    config keys it adds, whether the head pools (pooler -> dropout -> out, BERT's pooler), and
+    the module of the transformers model that the head's `out` becomes."""
+
+    auto_class: str
+    config: dict[str, Any]
+    pooled: bool
+    out: str
+
+
+def standard_kind(task_type, label_names: list[str] | None) -> Standard | None:
+    """The transformers counterpart of a task type (None: it has none)."""
+    from mtl.task_types import (
+        MultiLabelClassification,
+        MultipleChoice,
+        QuestionAnswering,
+        Regression,
+        SequenceClassification,
+        TokenClassification,
+    )
+
+    names = list(label_names or [])
+    labels = {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {n: i for i, n in enumerate(names)},
+    }
+    if isinstance(task_type, MultiLabelClassification):
+        labels["problem_type"] = "multi_label_classification"
+        return Standard("AutoModelForSequenceClassification", labels, True, "classifier")
+    if isinstance(task_type, SequenceClassification):
+        labels["problem_type"] = "single_label_classification"
+        return Standard("AutoModelForSequenceClassification", labels, True, "classifier")
+    if isinstance(task_type, Regression):
+        config = {"num_labels": 1, "problem_type": "regression"}
+        return Standard("AutoModelForSequenceClassification", config, True, "classifier")
+    if isinstance(task_type, TokenClassification):
+        return Standard("AutoModelForTokenClassification", labels, False, "classifier")
+    if isinstance(task_type, QuestionAnswering):
+        return Standard("AutoModelForQuestionAnswering", {"num_labels": 2}, False, "qa_outputs")
+    if isinstance(task_type, MultipleChoice):
+        return Standard("AutoModelForMultipleChoice", {}, True, "classifier")
+    return None
+
+
+def standard_model(model, name: str, task_type, label_names, tokenizer):
+    """(transformers model computing task `name`'s logits, None) or (None, why not and the fix).
+
+    Built generically: `AutoModelFor<X>.from_config(encoder config + labels)`, the encoder's
+    weights loaded into its `base_model`, then the head mapped: `pooler` onto the base model's
+    `pooler.dense` (BERT's pooler, so BERT-family encoders only), `out` onto `classifier` (QA:
+    `qa_outputs`). The mapping is checked by running both on a small batch: equal logits
+    (within 1e-4) or no export."""
+    import torch
+    import transformers
+    from torch import nn
+
+    kind = standard_kind(task_type, label_names)
+    if kind is None:
+        kind_name = type(task_type).__name__
+        return None, f"type {kind_name} has no standard transformers class; {USE_MTL}"
+    head = model.heads[name]
+    own_head = type(task_type.default_head(8, max(1, len(label_names or [])), 0.0))
+    if type(head) is not own_head:
+        return None, (
+            f"its head is {type(head).__name__}, not the type's own {own_head.__name__}; "
+            f"no standard transformers class computes it: {USE_MTL}"
+        )
+    if kind.pooled and getattr(head, "pooler", None) is None:
+        return None, (
+            "head pools by mean; no standard transformers class does that: "
+            f"{USE_MTL}, or pooling cls"
+        )
+    config = copy.deepcopy(model.encoder.config)
+    for key, value in kind.config.items():
+        setattr(config, key, value)
+    auto = getattr(transformers, kind.auto_class)
+    try:
+        hf = auto.from_config(config)
+    except ValueError:  # the encoder's model type has no such class
+        return None, f"transformers has no {kind.auto_class} for {config.model_type}; {USE_MTL}"
+    base, out = hf.base_model, getattr(hf, kind.out, None)
+    dense = getattr(getattr(base, "pooler", None), "dense", None)
+    model_type = config.model_type
+    if not isinstance(out, nn.Linear) or (kind.pooled and not isinstance(dense, nn.Linear)):
+        what = "BERT's pooler and classifier" if kind.pooled else f"a linear {kind.out}"
+        return None, f"{auto.__name__} for {model_type} has no {what} to map the head on; {USE_MTL}"
+    device = next(model.parameters()).device
+    hf.to(device).eval()
+    missing, unexpected = base.load_state_dict(model.encoder.state_dict(), strict=False)
+    if unexpected or any(not key.startswith("pooler.") for key in missing):
+        return None, f"the encoder's weights do not fit {type(hf).__name__}; {USE_MTL}"
+    with torch.no_grad():
+        if kind.pooled:
+            dense.load_state_dict(head.pooler.state_dict())
+        out.load_state_dict(head.out.state_dict())
+    difference = logits_difference(model, hf, name, tokenizer, kind)
+    if not difference <= 1e-4:
+        return None, (
+            f"{type(hf).__name__} does not reproduce the head's logits (they differ by "
+            f"{difference:.2g}); {USE_MTL}"
+        )
+    return hf.cpu(), None
+
+
+def logits_difference(model, hf, name: str, tokenizer, kind: Standard) -> float:
+    """The largest difference between task `name`'s logits from `model` and from the
+    transformers model `hf`, on a small padded batch (positions the head masks left out)."""
+    import torch
+
+    device = next(model.parameters()).device
+    texts = ["An export check: the first row of the batch.", "A second, shorter row."]
+    batch = tokenizer(texts, ["with a pair", "and another pair, longer"], padding=True)
+    batch = {k: torch.tensor(v, device=device) for k, v in batch.items()}
+    batch["task"] = name
+    with torch.no_grad():
+        ours = model.logits(batch)[name].float()
+        inputs = {k: v for k, v in batch.items() if k != "task"}
+        if kind.auto_class == "AutoModelForMultipleChoice":  # the rows as one example's choices
+            inputs = {k: v.unsqueeze(0) for k, v in inputs.items()}
+        output = hf(**inputs)
+        if kind.auto_class == "AutoModelForQuestionAnswering":
+            theirs = torch.stack([output.start_logits, output.end_logits], -1)
+        else:
+            theirs = output.logits
+        theirs = theirs.float().reshape(ours.shape)
+    kept = ours != torch.finfo(ours.dtype).min
+    return float((ours - theirs)[kept].abs().max())
 
 
 def load_export(path: str | Path) -> LoadedModel:
@@ -179,7 +372,7 @@ def load_model(path: str | Path) -> LoadedModel:
         return load_export(p)
     run_folder(p)  # a one-line error for a folder that is neither
     with tempfile.TemporaryDirectory(prefix="mtl-export-") as tmp:
-        export_model(p, tmp)
+        export_model(p, tmp, standard=False)
         return load_export(tmp)  # weights and tokenizer are read into memory
 
 

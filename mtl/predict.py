@@ -257,6 +257,33 @@ def predict_rows(loaded, tasks: list[str], rows: list[dict], **options) -> list[
     return out
 
 
+def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> list[Path]:
+    """`<run>/predictions/<task>.<split>.jsonl` for every split a task holds without labels
+    (`Task.inputs`, a test split): each source row with `prediction` (and `score`), as
+    mtl-predict writes them. Returns the files written."""
+    from mtl.export import LoadedModel, TaskInfo
+
+    infos = {
+        name: TaskInfo(task.task_type, task.label_names, task.task_type.config)
+        for name, task in tasks.items()
+    }
+    loaded = LoadedModel(model, tokenizer, infos)
+    was_training = model.training
+    model.eval()
+    written = []
+    try:
+        for name, task in tasks.items():
+            for split, rows in task.inputs.items():
+                out = predict_rows(loaded, [name], rows.to_list())
+                path = Path(run_dir) / "predictions" / f"{name}.{split}.jsonl"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_output(str(path), render(out, "jsonl"))
+                written.append(path)
+    finally:
+        model.train(was_training)
+    return written
+
+
 def run(options: dict[str, Any]) -> None:
     import torch
 

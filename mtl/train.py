@@ -47,10 +47,11 @@ from mtl.checkpoint import (
     save_checkpoint,
 )
 from mtl.config import Settings, validate
-from mtl.data import task_dataset
+from mtl.data import load_tokenizer, task_dataset
 from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
 from mtl.errors import MtlError
 from mtl.evaluate import evaluate, to_device
+from mtl.export import write_export
 from mtl.logging import (
     RunLogger,
     ShareMeter,
@@ -60,6 +61,7 @@ from mtl.logging import (
     run_name,
     window_figures,
 )
+from mtl.predict import predict_unlabeled
 from mtl.registry import build_composite_loader, build_model, build_tasks, build_train_loaders
 
 
@@ -325,14 +327,15 @@ def track_best(r: Run) -> None:
 
 def finish(r: Run) -> dict[str, float]:
     """A final evaluation if the last one is older, the last checkpoint, the test splits scored
-    with the best model, results.json. After a stop signal: only the checkpoint
-    (`trainer.resume=<run folder>` continues from it)."""
+    with the best model (predicted where they have no labels), its export, results.json. After
+    a stop signal: only the checkpoint (`trainer.resume=<run folder>` continues from it)."""
     t = r.settings.trainer
     if r.evaluated_at != r.state.step and not r.signalled:  # stopped by max_steps, or resumed
         evaluate_now(r)
     save_checkpoint(r.accelerator, r.run_dir, r.state.step, t.keep_last)
     if not r.signalled:
         test = evaluate_test(r)
+        save_outputs(r)
     if r.progress is not None:
         r.progress.close()
     if r.signalled:
@@ -366,6 +369,21 @@ def evaluate_test(r: Run) -> dict[str, float]:
     )
     r.logger.log(figures, step=r.state.step)
     return figures
+
+
+def save_outputs(r: Run) -> None:
+    """With the best model's weights: predictions of test splits without labels, and
+    `<run>/export` (`trainer.export`). Rank 0 writes them; the others wait."""
+    if not r.settings.trainer.export and not any(t.inputs for t in r.tasks.values()):
+        return
+    load_best(r.accelerator, r.model, r.run_dir)
+    if r.accelerator.is_main_process:
+        model, m = r.accelerator.unwrap_model(r.model), r.settings.model
+        tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
+        predict_unlabeled(model, tokenizer, r.tasks, r.run_dir)
+        if r.settings.trainer.export:
+            write_export(model, tokenizer, r.tasks, r.settings, r.run_dir / "export")
+    r.accelerator.wait_for_everyone()
 
 
 def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int]:

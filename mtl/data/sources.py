@@ -154,8 +154,12 @@ def _read_files(name: str, source: dict[str, Any]) -> Source:
     options.update(given_options)
     if builder == "csv" and "sep" in given_options:
         options.pop("delimiter", None)  # the csv builder lets delimiter override sep
+    # The test split is read on its own: its columns need not match (no labels, an id column).
+    test = {"test": files.pop("test")} if "test" in files else {}
     try:
-        loaded = load_dataset(builder, data_files=files, **options)
+        loaded = dict(load_dataset(builder, data_files=files, **options))
+        if test:
+            loaded["test"] = load_dataset(builder, data_files=test, split="test", **options)
     except Exception as err:  # datasets raises many types for malformed files and bad options
         empty = re.search(r'Instruction "(\w+)" corresponds to no data', str(err))
         if empty:  # a csv with only a header, say
@@ -163,10 +167,10 @@ def _read_files(name: str, source: dict[str, Any]) -> Source:
                 f"task {name!r}: the {empty[1]} split has 0 rows; give it some rows"
             ) from err
         raise MtlError(
-            f"task {name!r}: cannot read {_describe(files)} as {builder} ({_first_line(err)}); "
-            "fix the file or the source options"
+            f"task {name!r}: cannot read {_describe(files | test)} as {builder} "
+            f"({_first_line(err)}); fix the file or the source options"
         ) from err
-    return Source(dict(loaded), None)
+    return Source(loaded, None)
 
 
 def _resolve(name: str, spec: Any) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
@@ -29,7 +29,9 @@ class Task:
 
     `type` is the configured type name and `task_type` its `TaskType` object. `label_names`
     lists the classes (or tags) in id order; it is None for regression. `pad_token_id` is the
-    tokenizer's, for the collator. `splits` holds every encoded split by name.
+    tokenizer's, for the collator. `splits` holds every encoded split by name. `inputs` holds
+    the source rows (every column) of a test split without labels (its label column absent or
+    all null): not encoded or scored; a run writes their predictions instead.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Task:
     splits: dict[str, Dataset]
     label_names: list[str] | None = None
     pad_token_id: int = 0
+    inputs: dict[str, Dataset] = field(default_factory=dict)
 
     @property
     def train(self) -> Dataset:
@@ -95,6 +98,9 @@ def build_task_from_config(
     with _quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         raw = dict(source.splits)
+        inputs = {}
+        if "test" in raw and _unlabeled(raw["test"], task_type):
+            inputs["test"] = _checked_inputs(raw.pop("test"), task_type, max_examples)
         for split, ds in raw.items():
             raw[split] = _checked(ds, task_type, split, max_examples)
         label_names = (
@@ -108,7 +114,7 @@ def build_task_from_config(
             for split, ds in raw.items()
         }
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Task(name, config.type, task_type, encoded, label_names, pad_token_id)
+    return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
 
 
 @contextmanager
@@ -137,6 +143,37 @@ def _checked(ds: Dataset, task_type: TaskType, split: str, max_examples: int | N
     if max_examples is not None:
         ds = ds.select(range(min(max_examples, len(ds))))
     return ds.select_columns(columns)
+
+
+def _label_columns(task_type: TaskType) -> list[str]:
+    inputs = task_type.input_columns()
+    return [c for c in task_type.columns() if c not in inputs]
+
+
+def _unlabeled(ds: Dataset, task_type: TaskType) -> bool:
+    """Whether a split has no labels: each label column absent, or null in every row (file
+    builders fill a column that the train split has with nulls)."""
+    labels = _label_columns(task_type)
+    return bool(labels) and all(
+        c not in ds.column_names or ds.data.column(c).null_count == len(ds) for c in labels
+    )
+
+
+def _checked_inputs(ds: Dataset, task_type: TaskType, max_examples: int | None) -> Dataset:
+    """A label-less test split: its input columns checked, every other column kept but the
+    (null) label columns."""
+    name = task_type.name
+    if len(ds) == 0:
+        raise MtlError(f"task {name!r}: the test split is empty; give it some rows")
+    for column in task_type.input_columns():
+        if column not in ds.column_names:
+            raise MtlError(
+                f"task {name!r}: column {column!r} missing from the test split (columns: "
+                f"{ds.column_names}); set the task's *_column keys to the right names"
+            )
+    if max_examples is not None:
+        ds = ds.select(range(min(max_examples, len(ds))))
+    return ds.remove_columns([c for c in _label_columns(task_type) if c in ds.column_names])
 
 
 def _feature_names(ds: Dataset, config: Any) -> list[str] | None:
