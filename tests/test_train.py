@@ -367,9 +367,7 @@ def test_a_missing_pair_column_is_one_line(tmp_path):
         "# @package task.pairs\ntype: sequence_classification\n"
         f"source: {{path: {data}}}\ntext_pair_column: hypothesis\n"
     )
-    result = train_cli(
-        "task=[pairs]", f"hydra.searchpath=[file://{conf.parent}]", cwd=tmp_path
-    )
+    result = train_cli("task=[pairs]", f"hydra.searchpath=[file://{conf.parent}]", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "'hypothesis' missing" in lines[0] and "pairs" in lines[0]
