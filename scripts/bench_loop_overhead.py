@@ -21,13 +21,14 @@ batches in the same order; peer: the bare loop.
 
 Timed: a timestamp each time the loop asks for its next batch (for mtl by wrapping
 `mtl.train.guarded`) and one after the last step; steady state = from the start of step
-`--warmup` to the end, examples/s = the examples of those steps / seconds. Runs alternate mtl,
-bare, mtl, bare (`--repeats` pairs, same seed); the ratio is the median of the pairs' ratios.
+`--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in pairs
+(`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or slows
+down over the runs favours neither; the ratio is the median of the pairs' ratios.
 One torch thread by default: on a small shared machine intra-op thread wake-ups made the tiny
 model's steps several times slower and much noisier, and the loop's overhead is Python anyway.
 
     python scripts/bench_loop_overhead.py [--task pydoc_topic] [--steps 300] [--warmup 20]
-        [--repeats 3] [--threads 1] [--json PATH] [--quick]
+        [--repeats 4] [--threads 1] [--json PATH] [--quick]
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def main() -> None:
     parser.add_argument("--task", default="pydoc_topic")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of timing")
-    parser.add_argument("--repeats", type=int, default=3, help="mtl/bare pairs (default 3)")
+    parser.add_argument("--repeats", type=int, default=4, help="mtl/bare pairs (default 4)")
     parser.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -208,15 +209,16 @@ def main() -> None:
     try:
         for repeat in range(args.repeats):
             cfg = compose(config_overrides(args, workdir / str(repeat)))
-            mtl_clock, windows = run_mtl(cfg)
-            bare_clock, losses = run_bare(cfg, args.steps)
+            pair = {}
+            for name in ("mtl", "bare") if repeat % 2 == 0 else ("bare", "mtl"):  # A B B A ...
+                pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
+                runs.append({"loop": name, "repeat": repeat, **pair[name][0].steady(args.warmup)})
+            (mtl_clock, windows), (bare_clock, losses) = pair["mtl"], pair["bare"]
             same = len(mtl_clock.example_ids) == len(bare_clock.example_ids) == args.steps and all(
                 torch.equal(a, b)
                 for a, b in zip(mtl_clock.example_ids, bare_clock.example_ids, strict=True)
             )
             checks.append({"same_batches": same, "same_losses": same_losses(windows, losses)})
-            for name, clock in (("mtl", mtl_clock), ("bare", bare_clock)):
-                runs.append({"loop": name, "repeat": repeat, **clock.steady(args.warmup)})
             shutil.rmtree(workdir / str(repeat), ignore_errors=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
