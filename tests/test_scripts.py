@@ -17,10 +17,17 @@ BENCHMARKS = {
     "padding_efficiency.py": "padding_efficiency",
     "bench_train_speed.py": "train_speed",
     "bench_task_types.py": "task_types",
+    "bench_vs_trainer.py": "vs_trainer",
+    "bench_loop_overhead.py": "loop_overhead",
 }
 
 
 def run_quick(script: str, *args: str) -> dict:
+    return json.loads(quick_output(script, *args)[-1])
+
+
+def quick_output(script: str, *args: str) -> list[str]:
+    """The lines `script --quick` prints: a table, then its JSON line."""
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / script), "--quick", *args],
         capture_output=True,
@@ -31,7 +38,7 @@ def run_quick(script: str, *args: str) -> dict:
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert len(lines) > 2  # a table before the JSON line
-    return json.loads(lines[-1])
+    return lines
 
 
 @pytest.mark.slow
@@ -68,3 +75,40 @@ def test_train_speed_compares_any_two_samplers_with_options():
     )
     assert set(figures["examples_per_s"]) == {"block_shuffle", "token_budget:max_tokens=400"}
     assert "ratio_token_budget:max_tokens=400_vs_block_shuffle" in figures
+
+
+@pytest.mark.slow
+def test_vs_trainer_prints_both_tools_on_the_same_examples_and_writes_its_json(tmp_path):
+    path = tmp_path / "vs_trainer.json"
+    lines = quick_output("bench_vs_trainer.py", "--json", str(path))
+    figures = json.loads(lines[-1])
+    assert json.loads(path.read_text()) == figures
+    header = lines[1].split()
+    assert header[:4] == ["tool", "examples", "train", "s"] and "dev" in header
+    assert [line.split()[0] for line in lines[2:4]] == ["mtl", "Trainer"]
+    assert lines[4].startswith("mtl / Trainer examples/s: ")
+    assert figures["trainer_optim"] in ("adamw_torch_fused", "adamw_torch")
+    assert (figures["task"], figures["model"], figures["batch_size"]) == ("pydoc_topic", "tiny", 32)
+    for tool in ("mtl", "trainer"):
+        row = figures[tool]
+        assert row["examples"] == 128  # --quick: every one of the 128 train rows, once
+        assert row["examples_per_s"] > 0 and row["seconds"] > 0
+        assert 0 <= row["dev_accuracy"] <= 1
+    ratio = figures["mtl"]["examples_per_s"] / figures["trainer"]["examples_per_s"]
+    assert figures["ratio_mtl_vs_trainer"] == pytest.approx(ratio, rel=1e-2)
+
+
+@pytest.mark.slow
+def test_loop_overhead_runs_both_loops_on_the_same_batches_and_writes_its_json(tmp_path):
+    path = tmp_path / "loop_overhead.json"
+    lines = quick_output("bench_loop_overhead.py", "--json", str(path))
+    figures = json.loads(lines[-1])
+    assert json.loads(path.read_text()) == figures
+    assert [line.split()[1] for line in lines[2:4]] == ["mtl", "bare"]
+    assert lines[4].startswith("mtl / bare examples/s: ")
+    assert (figures["steps"], figures["warmup"]) == (20, 5)
+    assert set(figures["examples_per_s"]) == {"mtl", "bare"}
+    assert all(len(v) == 1 and v[0] > 0 for v in figures["examples_per_s"].values())
+    # The same batches in the same order, and the same computation: every logged window loss.
+    assert figures["same_batches"] is True
+    assert figures["same_losses"] is True

@@ -1,0 +1,276 @@
+"""Overhead of mtl's whole training loop over a bare hand-written loop: same model, same batches.
+
+Both train the tiny random BERT (`model=tiny`: a step costs little, so the loop's own per-step
+cost shows) on one task (default `pydoc_topic`) for `--steps` optimizer steps, on the same
+batches in the same order; peer: the bare loop.
+
+- mtl: the real `mtl.train.run` on the composed config (`model=tiny logger=none
+  trainer.progress_bar=false task=[<task>] trainer.epochs=1 loader.steps_per_epoch=<steps>`, the
+  default loader, sampler and trainer settings otherwise): accelerate's prepared model, optimizer
+  and scheduler, the composite loader, loss sums and task shares, a logged window every
+  `trainer.log_every` steps (metrics.jsonl). One epoch of `--steps` steps, so no evaluation or
+  checkpoint falls inside the run; those at its end are not timed.
+- bare: the pieces built by mtl's registry with the same config and seed (`build_tasks`,
+  `build_train_loaders`: the same DataLoader, sampler and collator; `build_model`), then per
+  step: batch to the device, `model(batch)["loss"].backward()`, clip to `trainer.max_grad_norm`,
+  `optimizer.step()`, `scheduler.step()`, `optimizer.zero_grad()`. AdamW (fused where torch has
+  it) over mtl's parameter groups, the same linear schedule and warmup. The task's DataLoader is
+  read pass after pass with `batch_sampler.set_epoch(pass)`, as mtl's loader reads one task.
+  Checked, not assumed: the example ids of every step are the same in both ("same batches"), and
+  each window loss mtl logged equals the bare loop's mean loss over those steps ("same losses").
+
+Timed: a timestamp each time the loop asks for its next batch (for mtl by wrapping
+`mtl.train.guarded`) and one after the last step; steady state = from the start of step
+`--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in pairs
+(`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or slows
+down over the runs favours neither; the ratio is the median of the pairs' ratios.
+One torch thread by default: on a small shared machine intra-op thread wake-ups made the tiny
+model's steps several times slower and much noisier, and the loop's overhead is Python anyway.
+
+    python scripts/bench_loop_overhead.py [--task pydoc_topic] [--steps 300] [--warmup 20]
+        [--repeats 4] [--threads 1] [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import json
+import math
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import torch
+from bench_train_speed import compose
+
+
+class StepClock:
+    """Timestamps of a training loop's batch requests, and each batch's size and example ids."""
+
+    def __init__(self) -> None:
+        self.marks: list[float] = []  # when step i asked for its batch
+        self.end = math.nan  # after the last step
+        self.sizes: list[int] = []
+        self.example_ids: list[torch.Tensor] = []
+
+    def wrap(self, batches: Iterable, limit: int | None = None) -> Iterator:
+        """Yield `batches` (at most `limit`), stamping each request; the end is stamped when
+        the loop stops asking (exhausted, `limit` reached, or the generator closed)."""
+        iterator = iter(batches)
+        try:
+            for _ in range(limit) if limit else itertools.count():
+                self.marks.append(time.perf_counter())
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    self.marks.pop()
+                    return
+                self.sizes.append(int(batch["input_ids"].shape[0]))
+                self.example_ids.append(batch["example_ids"])
+                yield batch
+        finally:
+            self.end = time.perf_counter()
+
+    def steady(self, warmup: int) -> dict:
+        seconds = self.end - self.marks[warmup]
+        examples = sum(self.sizes[warmup:])
+        return {
+            "steps": len(self.marks) - warmup,
+            "examples": examples,
+            "seconds": seconds,
+            "examples_per_s": examples / seconds,
+            "ms_per_step": 1000 * seconds / (len(self.marks) - warmup),
+        }
+
+
+def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
+    out = [
+        "model=tiny",
+        "logger=none",
+        "trainer.progress_bar=false",
+        f"task=[{args.task}]",
+        "trainer.epochs=1",
+        f"loader.steps_per_epoch={args.steps}",
+        f"seed={args.seed}",
+        f"output_dir={out_dir}",
+    ]
+    if args.max_examples:
+        out.append(f"data.max_examples={args.max_examples}")
+    if not torch.cuda.is_available():
+        out.append("trainer.cpu=true")
+    return out
+
+
+def run_mtl(cfg) -> tuple[StepClock, list[tuple[int, float]]]:
+    """The steps' clock, and the (step, loss) of every window mtl logged."""
+    import mtl.train
+
+    clock, original = StepClock(), mtl.train.guarded
+
+    def timed(loader, *args, **kwargs):
+        return clock.wrap(original(loader, *args, **kwargs))
+
+    mtl.train.guarded = timed
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+            mtl.train.run(cfg)
+    finally:
+        mtl.train.guarded = original
+    lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
+    windows = [(f["step"], f["loss"]) for f in map(json.loads, lines) if "loss" in f]
+    return clock, windows
+
+
+def passes(loader) -> Iterator:
+    """One task's batches pass after pass, each with `set_epoch(pass)` (what mtl's composite
+    loader does for a task that runs out)."""
+    for index in itertools.count():
+        loader.batch_sampler.set_epoch(index)
+        yield from loader
+
+
+def run_bare(cfg, steps: int) -> tuple[StepClock, list[float]]:
+    """The bare loop; the clock and every step's loss."""
+    from accelerate.utils import set_seed
+    from transformers import get_linear_schedule_with_warmup
+
+    from mtl.config import validate
+    from mtl.registry import build_model, build_tasks, build_train_loaders
+    from mtl.train import make_optimizer, param_groups
+
+    settings = validate(cfg)
+    t = settings.trainer
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    set_seed(cfg.seed, device_specific=True)  # as mtl's build_run, in the same order
+    tasks, _ = build_tasks(settings, cfg.seed)
+    (loader,) = build_train_loaders(tasks, settings, cfg.sampler, seed=cfg.seed).values()
+    model = build_model(settings, tasks).to(device)
+    optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * steps), steps)
+    model.train()
+    clock, losses = StepClock(), []
+    for batch in clock.wrap(passes(loader), steps):
+        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        loss = model(batch)["loss"]
+        loss.backward()
+        if t.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    clock.end = time.perf_counter()
+    return clock, [float(v) for v in losses]
+
+
+def same_losses(windows: list[tuple[int, float]], losses: list[float]) -> bool:
+    """Each logged window's loss (mean over its steps) equals the bare loop's mean there."""
+    first = 0
+    for step, logged in windows:
+        mean = statistics.fmean(losses[first:step])
+        if not math.isclose(logged, mean, rel_tol=1e-4, abs_tol=1e-6):
+            return False
+        first = step
+    return bool(windows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="pydoc_topic")
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=20, help="first steps left out of timing")
+    parser.add_argument("--repeats", type=int, default=4, help="mtl/bare pairs (default 4)")
+    parser.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--quick", action="store_true", help="20 steps, 128 examples, 1 pair")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.repeats = 20, 5, 1
+        args.max_examples = args.max_examples or 128
+    if not 0 <= args.warmup < args.steps:
+        parser.error("--warmup must be in [0, --steps)")
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    runs, checks = [], []
+    workdir = Path(tempfile.mkdtemp(prefix="bench_loop_overhead_"))
+    try:
+        for repeat in range(args.repeats):
+            cfg = compose(config_overrides(args, workdir / str(repeat)))
+            pair = {}
+            for name in ("mtl", "bare") if repeat % 2 == 0 else ("bare", "mtl"):  # A B B A ...
+                pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
+                runs.append({"loop": name, "repeat": repeat, **pair[name][0].steady(args.warmup)})
+            (mtl_clock, windows), (bare_clock, losses) = pair["mtl"], pair["bare"]
+            same = len(mtl_clock.example_ids) == len(bare_clock.example_ids) == args.steps and all(
+                torch.equal(a, b)
+                for a, b in zip(mtl_clock.example_ids, bare_clock.example_ids, strict=True)
+            )
+            checks.append({"same_batches": same, "same_losses": same_losses(windows, losses)})
+            shutil.rmtree(workdir / str(repeat), ignore_errors=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    print(
+        f"task {args.task}, model tiny, {args.steps} steps ({args.warmup} warm-up steps not "
+        f"timed), {device}, {args.threads} torch thread(s)"
+    )
+    print(
+        f"{'run':>4} {'loop':6}{'steps':>7}{'examples':>10}{'seconds':>9}{'ex/s':>10}{'ms/step':>9}"
+    )
+    for i, r in enumerate(runs):
+        print(
+            f"{i + 1:4d} {r['loop']:6}{r['steps']:7d}{r['examples']:10d}{r['seconds']:9.2f}"
+            f"{r['examples_per_s']:10.1f}{r['ms_per_step']:9.2f}"
+        )
+    speed = {
+        loop: [r["examples_per_s"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")
+    }
+    ms = {loop: [r["ms_per_step"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")}
+    ratios = [m / b for m, b in zip(speed["mtl"], speed["bare"], strict=True)]
+    ratio = statistics.median(ratios)
+    overhead = statistics.median(m - b for m, b in zip(ms["mtl"], ms["bare"], strict=True))
+    all_same_batches = all(c["same_batches"] for c in checks)
+    all_same_losses = all(c["same_losses"] for c in checks)
+    print(
+        f"mtl / bare examples/s: median {ratio:.3f}x over {len(ratios)} pairs; mtl's extra "
+        f"time per step: median {overhead:+.2f} ms; same batches: {all_same_batches}; "
+        f"same losses: {all_same_losses}"
+    )
+    figures = {
+        "bench": "loop_overhead",
+        "task": args.task,
+        "model": "tiny",
+        "device": device,
+        "threads": args.threads,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "examples_per_s": {k: [round(v, 2) for v in vs] for k, vs in speed.items()},
+        "ms_per_step": {k: [round(v, 3) for v in vs] for k, vs in ms.items()},
+        "ratio_mtl_vs_bare": round(ratio, 4),
+        "pair_ratios": [round(v, 4) for v in ratios],
+        "extra_ms_per_step": round(overhead, 3),
+        "same_batches": all_same_batches,
+        "same_losses": all_same_losses,
+    }
+    line = json.dumps(figures)
+    if args.json:
+        Path(args.json).write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
