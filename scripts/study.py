@@ -6,7 +6,8 @@ Everything comes from commands a user can type: Hydra multirun sweeps of the rea
 benchmark scripts. This script runs them, reads the summaries and writes `study.md` and its plots.
 
     python scripts/study.py [--out docs] [--work outputs/study] [--seeds 3] [--epochs 1]
-        [--max-examples 600] [--skip-runs] [--quick]
+        [--max-examples 600] [--loaders random,...] [--samplers random,...] [--skip-runs]
+        [--no-bench] [--quick]
 
 Sweeps, on the default tasks (pydoc_topic, pydoc_code, pydoc_code_share) and model (MiniLM):
   (a) mixing: loader=random,round_robin,mixup,sequential x sampler=random,block_shuffle x seeds;
@@ -109,6 +110,12 @@ def by_config(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return groups
 
 
+def present(groups, index: int, known: tuple[str, ...]) -> list[str]:
+    """The loaders (index 0) or samplers (1) the runs used, in the study's order."""
+    used = {key[index] for key in groups}
+    return [x for x in known if x in used] + sorted(used - set(known))
+
+
 def paired_difference(groups, column: str, loaders) -> tuple[float, float, int]:
     """block_shuffle - random, paired by loader and seed: mean difference, its standard error, n."""
     diffs = []
@@ -139,12 +146,13 @@ def plot(groups, single, columns, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
     fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns), 4), squeeze=False)
     for ax, (task, column) in zip(axes[0], columns.items(), strict=True):
-        width = 0.38
-        for j, sampler in enumerate(SAMPLERS):
-            stats = [mean_sd([r[column] for r in groups.get((lo, sampler), [])]) for lo in LOADERS]
-            xs = [i + (j - 0.5) * width for i in range(len(LOADERS))]
+        width = 0.8 / len(samplers)
+        for j, sampler in enumerate(samplers):
+            stats = [mean_sd([r[column] for r in groups.get((lo, sampler), [])]) for lo in loaders]
+            xs = [i + (j - (len(samplers) - 1) / 2) * width for i in range(len(loaders))]
             ax.bar(
                 xs,
                 [s[0] for s in stats],
@@ -156,7 +164,7 @@ def plot(groups, single, columns, path: Path) -> None:
         alone = mean_sd([r[column] for r in single.get(task, [])])
         if not math.isnan(alone[0]):
             ax.axhline(alone[0], color="black", ls="--", lw=1, label="single task")
-        ax.set_xticks(range(len(LOADERS)), LOADERS)
+        ax.set_xticks(range(len(loaders)), loaders)
         ax.set_title(column)
         low = min((b.get_height() for b in ax.patches), default=0)
         ax.set_ylim(max(0.0, low - 0.1), None)
@@ -170,6 +178,7 @@ def plot(groups, single, columns, path: Path) -> None:
 def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
     columns = metric_columns(mixing)
     groups = by_config(mixing)
+    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
     single: dict[str, list[dict]] = {}
     for row in single_rows:
         task = row["overrides"].get("task", "").strip("[]")
@@ -187,8 +196,8 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
     ]
     head = ["loader", "sampler", *columns.values(), "eval/mean", "wall s", "examples/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for loader in LOADERS:
-        for sampler in SAMPLERS:
+    for loader in loaders:
+        for sampler in samplers:
             rows = groups.get((loader, sampler), [])
             cells = [fmt(*mean_sd([r[c] for r in rows])[:2]) for c in columns.values()]
             cells.append(fmt(*mean_sd([r["monitor"] for r in rows])[:2]))
@@ -200,7 +209,7 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
     lines += ["### Does block shuffle cost accuracy?", ""]
     lines += ["block_shuffle minus random, paired by loader and seed (mean ± standard error):", ""]
     for task, column in {**columns, "mean": "monitor"}.items():
-        diff, se, n = paired_difference(groups, column, LOADERS)
+        diff, se, n = paired_difference(groups, column, loaders)
         lines.append(f"- {task}: {diff:+.4f} ± {se:.4f} (n={n}): {verdict(diff, se)}")
     speed = [
         mean_sd(
@@ -287,12 +296,15 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-examples", type=int, default=600)
+    p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated")
+    p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated")
     p.add_argument("--skip-runs", action="store_true")
     p.add_argument("--no-bench", action="store_true", help="leave out (c) and (d)")
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     if args.quick:
         args.seeds, args.max_examples = min(args.seeds, 2), min(args.max_examples, 48)
+    args.loaders, args.samplers = args.loaders.split(","), args.samplers.split(",")
     seeds = ",".join(str(s) for s in range(args.seeds))
     common = [
         "logger=none",
@@ -305,7 +317,11 @@ def main() -> None:
     if args.quick:
         common.append("model=tiny")
     plans = {
-        "mixing": [f"loader={','.join(LOADERS)}", f"sampler={','.join(SAMPLERS)}", *common],
+        "mixing": [
+            f"loader={','.join(args.loaders)}",
+            f"sampler={','.join(args.samplers)}",
+            *common,
+        ],
         "single": [f"task={','.join(TASKS)}", *common],
     }
     args.commands = [

@@ -112,3 +112,49 @@ def test_loop_overhead_runs_both_loops_on_the_same_batches_and_writes_its_json(t
     # The same batches in the same order, and the same computation: every logged window loss.
     assert figures["same_batches"] is True
     assert figures["same_losses"] is True
+
+
+@pytest.mark.slow
+def test_study_runs_its_sweeps_and_reports_them(tmp_path):
+    """scripts/study.py end to end (tiny model, 2 loaders x 2 samplers x 2 seeds, 3 single-task
+    baselines x 2 seeds); its table is checked against the sweeps' own summary.csv."""
+    import csv
+    import statistics
+
+    out, work = tmp_path / "docs", tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "study.py"), "--quick", "--no-bench"]
+        + ["--loaders", "random,mixup", "--work", str(work), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["runs"] == 14
+    with open(work / "mixing" / "summary.csv", newline="") as f:
+        mixing = list(csv.DictReader(f))
+    assert len(mixing) == 8 and {r["status"] for r in mixing} == {"COMPLETED"}
+    text = (out / "study.md").read_text()
+    for loader in ("random", "mixup"):
+        for sampler in ("random", "block_shuffle"):
+            values = [
+                float(r["pydoc_code/f1"])
+                for r in mixing
+                if f"loader={loader}" in r["overrides"].split()
+                and f"sampler={sampler}" in r["overrides"].split()
+            ]
+            assert len(values) == 2  # one per seed
+            cell = f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+            rows = [line for line in text.splitlines() if line.startswith(f"| {loader}")]
+            row = next(line for line in rows if f"| {sampler} |" in line)
+            assert row.split(" | ")[3] == cell  # loader | sampler | pydoc_topic | pydoc_code
+    # block_shuffle - random is paired by loader and seed: 2 loaders x 2 seeds
+    assert "- pydoc_code: " in text and "(n=4)" in text
+    with open(work / "single" / "summary.csv", newline="") as f:
+        single = list(csv.DictReader(f))
+    tasks = [next(o for o in r["overrides"].split() if o.startswith("task=")) for r in single]
+    assert sorted(tasks) == sorted(
+        f"task={t}" for t in ("pydoc_topic", "pydoc_code", "pydoc_code_share") for _ in range(2)
+    )
+    assert (out / "study_metrics.png").stat().st_size > 10_000
