@@ -56,17 +56,24 @@ def sweep(work: Path, name: str, overrides: list[str]) -> Path:
     return folder
 
 
-def read_summary(folder: Path) -> list[dict]:
-    """summary.csv rows with the overrides as a dict and numbers as floats."""
-    rows = []
+def read_summary(folder: Path) -> tuple[list[dict], list[str]]:
+    """The completed jobs of summary.csv (overrides as a dict, numbers as floats), and one line
+    for each job that did not complete (failed, or killed: left out of every figure)."""
+    rows, left_out = [], []
     with open(folder / "summary.csv", newline="") as f:
         for row in csv.DictReader(f):
             out = {"overrides": dict(o.split("=", 1) for o in row["overrides"].split() if "=" in o)}
             for key, value in row.items():
                 if key != "overrides":
                     out[key] = _number(value)
-            rows.append(out)
-    return rows
+            if row["status"] == "COMPLETED":
+                rows.append(out)
+            else:
+                error = f": {row['error']}" if row.get("error") else ""
+                left_out.append(
+                    f"{folder.name} job {row['job']} ({row['overrides']}): {row['status']}{error}"
+                )
+    return rows, left_out
 
 
 def _number(value: str):
@@ -272,6 +279,9 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
                 "```",
                 "",
             ]
+    if args.left_out:
+        lines += ["Jobs left out (not completed):", ""]
+        lines += [f"- {line}" for line in args.left_out] + [""]
     lines += ["## Commands", "", "```"]
     lines += [*args.commands, "```", ""]
     return "\n".join(lines)
@@ -347,8 +357,9 @@ def main() -> None:
     else:
         (args.work / "budget_s").write_text(str(budget))
     args.commands += [f"python scripts/bench_{n}.py" for n in bench]
-    mixing = read_summary(args.work / "mixing")
-    single = read_summary(args.work / "single")
+    mixing, left_mixing = read_summary(args.work / "mixing")
+    single, left_single = read_summary(args.work / "single")
+    args.left_out = left_mixing + left_single
     args.out.mkdir(parents=True, exist_ok=True)
     groups = by_config(mixing)
     single_by_task: dict[str, list[dict]] = {}
