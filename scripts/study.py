@@ -66,8 +66,11 @@ def read_summary(folder: Path) -> tuple[list[dict], list[str]]:
             for key, value in row.items():
                 if key != "overrides":
                     out[key] = _number(value)
-            if row["status"] == "COMPLETED":
+            scored = isinstance(out["monitor"], float) and math.isfinite(out["monitor"])
+            if row["status"] == "COMPLETED" and scored:
                 rows.append(out)
+            elif row["status"] == "COMPLETED":  # ended without an evaluation (a stop signal)
+                left_out.append(f"{folder.name} job {row['job']} ({row['overrides']}): no figures")
             else:
                 error = f": {row['error']}" if row.get("error") else ""
                 left_out.append(
