@@ -204,18 +204,27 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
         "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
         "",
     ]
-    head = ["loader", "sampler", *columns.values(), "eval/mean", "wall s", "examples/s"]
+    head = ["loader", "sampler", *columns.values(), "eval/mean", "steps", "wall s", "examples/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for loader in loaders:
         for sampler in samplers:
             rows = groups.get((loader, sampler), [])
             cells = [fmt(*mean_sd([r[c] for r in rows])[:2]) for c in columns.values()]
             cells.append(fmt(*mean_sd([r["monitor"] for r in rows])[:2]))
+            cells.append(fmt(mean_sd([r["steps"] for r in rows])[0], math.nan, digits=0))
             cells.append(fmt(*mean_sd([r["wall_s"] for r in rows])[:2], digits=0))
             cells.append(fmt(*mean_sd([r.get("examples_per_s", math.nan) for r in rows])[:2], 1))
             mark = " (default)" if (loader, sampler) == DEFAULT else ""
             lines.append(f"| {loader}{mark} | {sampler} | " + " | ".join(cells) + " |")
-    lines += ["", "![dev metrics](study_metrics.png)", ""]
+    lines += [
+        "",
+        "Every configuration sees the same examples; `steps` are optimizer steps. A mixup step "
+        "holds one batch of every task, so at the same examples and learning rate it takes a "
+        "third of the optimizer steps (and pads every row to the step's longest).",
+        "",
+        "![dev metrics](study_metrics.png)",
+        "",
+    ]
     lines += ["### Does block shuffle cost accuracy?", ""]
     lines += ["block_shuffle minus random, paired by loader and seed (mean ± standard error):", ""]
     for task, column in {**columns, "mean": "monitor"}.items():
@@ -290,6 +299,14 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
     return "\n".join(lines)
 
 
+def shown(path: Path) -> str:
+    """A path as the commands show it: relative to the checkout when inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def run_bench(script: str, work: Path, quick: bool) -> dict:
     out = work / f"{script}.json"
     command = [sys.executable, str(ROOT / "scripts" / script), "--json", str(out)]
@@ -338,7 +355,7 @@ def main() -> None:
         "single": [f"task={','.join(TASKS)}", *common],
     }
     args.commands = [
-        f"python train.py -m {' '.join(o)} hydra.sweep.dir={args.work}/{name}"
+        f"python train.py -m {' '.join(o)} hydra.sweep.dir={shown(args.work / name)}"
         for name, o in plans.items()
     ]
     started = time.perf_counter()
