@@ -129,11 +129,14 @@ def _quiet_datasets() -> Iterator[None]:
             datasets.utils.enable_progress_bars()
 
 
-def _checked(ds: Dataset, task_type: TaskType, split: str, max_examples: int | None) -> Dataset:
+def _required(
+    ds: Dataset, task_type: TaskType, split: str, columns: list[str], max_examples: int | None
+) -> Dataset:
+    """`ds` checked to have rows and `columns` (one line naming the fix otherwise), capped at
+    `max_examples` rows."""
     name = task_type.name
     if len(ds) == 0:
         raise MtlError(f"task {name!r}: the {split} split is empty; give it some rows")
-    columns = task_type.columns()
     for column in columns:
         if column not in ds.column_names:
             raise MtlError(
@@ -142,7 +145,12 @@ def _checked(ds: Dataset, task_type: TaskType, split: str, max_examples: int | N
             )
     if max_examples is not None:
         ds = ds.select(range(min(max_examples, len(ds))))
-    return ds.select_columns(columns)
+    return ds
+
+
+def _checked(ds: Dataset, task_type: TaskType, split: str, max_examples: int | None) -> Dataset:
+    columns = task_type.columns()
+    return _required(ds, task_type, split, columns, max_examples).select_columns(columns)
 
 
 def _label_columns(task_type: TaskType) -> list[str]:
@@ -162,17 +170,7 @@ def _unlabeled(ds: Dataset, task_type: TaskType) -> bool:
 def _checked_inputs(ds: Dataset, task_type: TaskType, max_examples: int | None) -> Dataset:
     """A label-less test split: its input columns checked, every other column kept but the
     (null) label columns."""
-    name = task_type.name
-    if len(ds) == 0:
-        raise MtlError(f"task {name!r}: the test split is empty; give it some rows")
-    for column in task_type.input_columns():
-        if column not in ds.column_names:
-            raise MtlError(
-                f"task {name!r}: column {column!r} missing from the test split (columns: "
-                f"{ds.column_names}); set the task's *_column keys to the right names"
-            )
-    if max_examples is not None:
-        ds = ds.select(range(min(max_examples, len(ds))))
+    ds = _required(ds, task_type, "test", task_type.input_columns(), max_examples)
     return ds.remove_columns([c for c in _label_columns(task_type) if c in ds.column_names])
 
 
