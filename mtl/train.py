@@ -334,6 +334,8 @@ def finish(r: Run) -> dict[str, float]:
         evaluate_now(r)
     save_checkpoint(r.accelerator, r.run_dir, r.state.step, t.keep_last)
     if not r.signalled:
+        if t.export or any("test" in task.splits or task.inputs for task in r.tasks.values()):
+            load_best(r.accelerator, r.model, r.run_dir)  # once, for the test split and outputs
         test = evaluate_test(r)
         save_outputs(r)
     if r.progress is not None:
@@ -359,11 +361,11 @@ def finish(r: Run) -> dict[str, float]:
 
 
 def evaluate_test(r: Run) -> dict[str, float]:
-    """`test/<task>/<metric>` of every task with a test split, with the best model's weights."""
+    """`test/<task>/<metric>` of every task with a test split (the model holds the best
+    weights: `finish` loaded them)."""
     with_test = {name: task for name, task in r.tasks.items() if "test" in task.splits}
     if not with_test:
         return {}
-    load_best(r.accelerator, r.model, r.run_dir)
     figures = evaluate(
         r.model, with_test, r.accelerator, r.settings.trainer.eval_batch_size, "test", "test"
     )
@@ -372,11 +374,10 @@ def evaluate_test(r: Run) -> dict[str, float]:
 
 
 def save_outputs(r: Run) -> None:
-    """With the best model's weights: predictions of test splits without labels, and
-    `<run>/export` (`trainer.export`). Rank 0 writes them; the others wait."""
+    """With the best model's weights (`finish` loaded them): predictions of test splits
+    without labels, and `<run>/export` (`trainer.export`). Rank 0 writes them; the others wait."""
     if not r.settings.trainer.export and not any(t.inputs for t in r.tasks.values()):
         return
-    load_best(r.accelerator, r.model, r.run_dir)
     if r.accelerator.is_main_process:
         model, m = r.accelerator.unwrap_model(r.model), r.settings.model
         tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
