@@ -81,6 +81,9 @@ class ModelConfig:
     random_init: bool = False  # the architecture only, randomly initialised
     config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
     head_dropout: float = 0.1
+    # Run a batch with much padding (mixup, sampler=random) on its rows packed end to end, with
+    # a block-diagonal attention mask: the same hidden states, less compute (mtl/models/packing.py)
+    pack: bool = True
     loss_weights: dict[str, float] = field(default_factory=dict)  # {task: weight}, default 1.0
     # A trained mtl run (its best model, else its latest checkpoint), checkpoint or export folder:
     # its encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "bench_task_types.py": "task_types",
     "bench_vs_trainer.py": "vs_trainer",
     "bench_loop_overhead.py": "loop_overhead",
+    "bench_packing.py": "packing",
 }
 
 

@@ -38,6 +38,8 @@ class MixupLoader(CompositeLoader):
          "num_tokens": int (the sum of the task batches' `num_tokens`, if every one has it)}
 
     N is the sum of the active tasks' batch sizes. Other keys of the task batches are dropped.
+    (The model packs such a batch's rows for the encoder call, `mtl.models.packing`, so the
+    padding to the longest row costs memory here, not compute there.)
 
     One epoch (`n_t` = `len()` of task t's loader, T tasks):
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from mtl.models.packing import PackedEncoder
+
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -17,6 +19,9 @@ class MultiTaskModel(nn.Module):
     `MixupLoader`) carries `task_ids` (row -> index into `tasks`) and `labels` as a dict
     `{task: labels of its rows, in row order}`. The returned loss is the sum over the tasks in
     the batch of `loss_weights[task] * mean loss of that task's rows`.
+
+    `pack=True`: a batch with much padding runs the encoder on its rows packed end to end
+    (`mtl.models.packing`); the heads get the same hidden states either way.
     """
 
     def __init__(
@@ -24,14 +29,20 @@ class MultiTaskModel(nn.Module):
         encoder: nn.Module,
         heads: Mapping[str, nn.Module],
         loss_weights: Mapping[str, float] | None = None,
+        *,
+        pack: bool = True,
     ):
         super().__init__()
         self.encoder = encoder
+        pad_token_id = getattr(getattr(encoder, "config", None), "pad_token_id", None)
+        self.packed = PackedEncoder(encoder, pad_token_id=pad_token_id or 0) if pack else None
         self.heads = nn.ModuleDict(heads)
         self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in heads}
 
     def encode(self, batch: Mapping) -> torch.Tensor:
         inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
+        if self.packed is not None:
+            return self.packed(self.encoder, inputs)
         return self.encoder(**inputs).last_hidden_state
 
     def logits(self, batch: Mapping) -> dict[str, torch.Tensor]:

@@ -1,0 +1,127 @@
+"""Packed vs padded encoder calls on real mixed batches: seconds per training step.
+
+The batches: the first `--steps` steps of `python train.py experiment=bundled loader=mixup`
+(every bundled task, one batch of each per step, padded to the step's longest row), or of any
+`--overrides`. Each step runs forward + backward of the whole multi-task model (encoder, every
+head, the summed loss) twice on the same batch: padded (`model.pack=false`, one padded row
+per example: what any padded collator gives, the peer) and packed (`model.pack=true`,
+`mtl.models.packing`), in alternating order, same weights, dropout off so both compute the
+same loss (checked). Prints one table and one JSON line: seconds per step, real / computed
+token slots, and padded / packed seconds (the speedup). A step that packing would not shorten by
+`mtl.models.packing.MIN_SAVING` runs padded both times (`packed` shows -).
+
+    python scripts/bench_packing.py [--steps 6] [--model minilm] [--overrides ...] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import time
+
+import torch
+from bench_train_speed import compose
+
+from mtl.config import validate
+from mtl.models.packing import Packing
+from mtl.registry import build_composite_loader, build_model, build_tasks, build_train_loaders
+
+
+def batches(overrides: list[str], steps: int):
+    cfg = compose(["output_dir=/tmp/bench_packing", "logger=none", *overrides])
+    settings = validate(cfg)
+    tasks, tokenizer = build_tasks(settings, cfg.seed)
+    loaders = build_train_loaders(tasks, settings, cfg.sampler, seed=cfg.seed)
+    loader = build_composite_loader(
+        cfg.loader, loaders, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id
+    )
+    return settings, tasks, list(itertools.islice(iter(loader), steps))
+
+
+def timed_step(model, batch, pack) -> tuple[float, float]:
+    model.packed, saved = pack, model.packed
+    model.zero_grad()
+    start = time.perf_counter()
+    loss = model(batch)["loss"]
+    loss.backward()
+    seconds = time.perf_counter() - start
+    model.packed = saved
+    return seconds, loss.item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--overrides", nargs="*", default=["experiment=bundled", "loader=mixup"])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="tiny model, 2 steps, small tasks")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = [*args.overrides, f"model={args.model}"]
+    if args.quick:
+        args.steps = 2
+        tasks = "synthetic_cls,synthetic_tag,synthetic_pair,synthetic_choice,synthetic_qa"
+        overrides = ["loader=mixup", "model=tiny", "data.max_examples=64", f"task=[{tasks}]"]
+    overrides += ["model.head_dropout=0", "+model.config.hidden_dropout_prob=0",
+                  "+model.config.attention_probs_dropout_prob=0"]  # fmt: skip
+    settings, tasks, steps = batches(overrides, args.steps)
+    torch.manual_seed(0)
+    model = build_model(settings, tasks)
+    packer = model.packed
+    for batch in steps:  # the one-time check of the encoder, outside the timed steps
+        packing = Packing(batch["attention_mask"])
+        if packing.worth_it():
+            inputs = {
+                k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch
+            }
+            packer.supported = packer.check(model.encoder, inputs, packing)
+            break
+    timed_step(model, steps[0], None)  # warm-up
+    rows = []
+    for i, batch in enumerate(steps):
+        mask = batch["attention_mask"]
+        packing = Packing(mask)
+        order = [None, packer] if i % 2 == 0 else [packer, None]
+        result = {("packed" if p else "padded"): timed_step(model, batch, p) for p in order}
+        (padded_s, padded_loss), (packed_s, packed_loss) = result["padded"], result["packed"]
+        if abs(padded_loss - packed_loss) > 1e-3 * max(1.0, abs(padded_loss)):
+            raise SystemExit(f"step {i}: losses differ: padded {padded_loss}, packed {packed_loss}")
+        real = int(mask.sum())
+        rows.append({
+            "rows": mask.shape[0], "length": mask.shape[1],
+            "packed_rows": packing.packed_rows if packing.worth_it() else "-",
+            "padded_eff": real / mask.numel(),
+            "packed_eff": real / (packing.packed_rows * mask.shape[1]) if packing.worth_it()
+            else real / mask.numel(),
+            "padded_s": padded_s, "packed_s": packed_s,
+        })  # fmt: skip
+    print(f"{'step':>4} {'rows':>5} {'len':>4} {'packed':>6} {'eff pad':>7} {'eff pack':>8} "
+          f"{'padded s':>9} {'packed s':>9} {'speedup':>7}")  # fmt: skip
+    for i, r in enumerate(rows):
+        print(f"{i:>4} {r['rows']:>5} {r['length']:>4} {r['packed_rows']:>6} "
+              f"{r['padded_eff']:>7.2f} {r['packed_eff']:>8.2f} {r['padded_s']:>9.2f} "
+              f"{r['packed_s']:>9.2f} {r['padded_s'] / r['packed_s']:>7.2f}")  # fmt: skip
+    padded = sum(r["padded_s"] for r in rows)
+    packed = sum(r["packed_s"] for r in rows)
+    figures = {
+        "bench": "packing",
+        "peer": "padded batch (model.pack=false)",
+        "model": "tiny" if args.quick else args.model,
+        "steps": len(rows),
+        "padded_s_per_step": padded / len(rows),
+        "packed_s_per_step": packed / len(rows),
+        "speedup": padded / packed,
+        "median_step_speedup": statistics.median(r["padded_s"] / r["packed_s"] for r in rows),
+        "padded_efficiency": statistics.mean(r["padded_eff"] for r in rows),
+        "packed_efficiency": statistics.mean(r["packed_eff"] for r in rows),
+        "threads": torch.get_num_threads(),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
