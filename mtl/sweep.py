@@ -7,9 +7,10 @@ writes it once more. The table is built from the folders, not from memory, so it
 every launcher (the basic one runs jobs in this process, joblib in worker processes, submitit on
 other machines), and it is there when a failed job makes Hydra end the multirun with an error.
 
-A row: the job's number, status (`COMPLETED`, `FAILED`, or `STARTED`: began and never reported an
-end, so still running or killed), the error's first line, the monitored value (`trainer.monitor`
-at its best evaluation, from `results.json`), each task's main dev metric at that evaluation (the
+A row: the job's number, status (`COMPLETED`, `FAILED`, `STOPPED`: a signal stopped it after a
+checkpoint, to resume; or `STARTED`: began and never reported an end, so still running or killed),
+the error's first line (for `STOPPED`, how to resume), the monitored value (`trainer.monitor` at
+its best evaluation, from `results.json`), each task's main dev metric at that evaluation (the
 first of the task's `metrics` in the job's `.hydra/config.yaml`, else its first `eval/<task>/`
 key), steps, wall time, tokens/s (median over the log windows of `metrics.jsonl`, so a slow first
 window does not weigh), padding efficiency (mean over the windows) and the job's overrides. The
@@ -102,6 +103,10 @@ class SweepSummary(Callback):
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             record["returned"] = float(value)
         job_dir = Path(config.hydra.runtime.output_dir)  # absolute, whatever the job's cwd
+        if job_return.status == JobStatus.COMPLETED and not (job_dir / "results.json").is_file():
+            # mtl stopped by SIGTERM/SIGUSR1 returns normally, with a checkpoint and no results
+            record["status"], record["returned"] = "STOPPED", None
+            record["error"] = f"stopped by a signal; resume with trainer.resume={job_dir}"
         (job_dir / RECORD).write_text(json.dumps(record, indent=2))
         depth = len(Path(str(config.hydra.sweep.subdir)).parts)  # `task=[glue/mnli]`: 2
         write_summary(job_dir.parents[depth - 1], self.filename)

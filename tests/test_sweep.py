@@ -8,9 +8,11 @@ import csv
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,29 @@ def test_a_multirun_with_a_failing_job_summarizes_every_job(tmp_path):
     assert "FAILED" in failed_line and error in failed_line
     best_line = next(line for line in table.splitlines() if line.startswith("| 1 |"))
     assert "**best**" in best_line and f"{accuracy:.4f}" in best_line
+
+
+def test_a_job_stopped_by_a_signal_is_listed_as_stopped_with_how_to_resume(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+    long_run = ["trainer.max_steps=null", "trainer.epochs=100000", "trainer.eval_every=null"]
+    args = ["-m", *DEBUG, *long_run, "seed=0", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while not list(sweep.glob("0_*/metrics.jsonl")) and time.time() < deadline:
+        time.sleep(0.5)  # the first job has logged a window: it is training
+    proc.send_signal(signal.SIGTERM)  # stops the first job, as a scheduler's preemption would
+    _, stderr = proc.communicate(timeout=600)
+    assert "mtl: received SIGTERM" in stderr, stderr[-3000:]
+    rows = read_csv(sweep / "summary.csv")
+    stopped = job_dirs(sweep)[0]
+    assert rows[0]["status"] == "STOPPED"
+    assert rows[0]["error"] == f"stopped by a signal; resume with trainer.resume={stopped}"
+    assert rows[0]["monitor"] == "" and not (stopped / "results.json").exists()
+    assert list((stopped / "checkpoints").glob("step_*"))
 
 
 def fake_job(sweep: Path, num: int, results: dict | None, status: str | None = "COMPLETED"):
