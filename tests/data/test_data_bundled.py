@@ -288,12 +288,12 @@ def test_lexical_baselines_beat_chance():
 
 
 def test_synthetic_qa_answer_is_the_first_word_of_the_asked_theme():
-    from mtl.data.bundled import _THEMES
+    from mtl.data.bundled.synthetic import THEMES
 
     singular = {"animal": "ANIMAL", "food": "FOOD", "vehicle": "VEHICLE"}
     for row in bundled_rows("synthetic_qa")[2]:
         theme = singular[row["question"].split()[1]]
-        first = next(w for w in row["context"].split() if w in _THEMES[theme])
+        first = next(w for w in row["context"].split() if w in THEMES[theme])
         assert row["answers"]["text"] == [first]
         assert row["context"][: row["answers"]["answer_start"][0]].split().count(first) == 0
 
