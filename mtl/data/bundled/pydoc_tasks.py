@@ -150,16 +150,21 @@ def _qa_rows(
 
 
 def _move_questions(rows: list[Row], share: float, rng: np.random.Generator) -> None:
-    """Give `share` of the rows the context of a row from another topic, and no answer."""
+    """Give `share` of the rows the context of a row from another topic that contains neither
+    side of the blanked sentence (sides with no word, such as the final ".", are not matched),
+    and no answer. A row with no such context (rare) stays answerable."""
     contexts = list(dict.fromkeys((row["topic"], row["context"]) for row in rows))
     for i in sorted(rng.choice(len(rows), round(share * len(rows)), replace=False)):
         row = rows[i]
         parts = [part.strip() for part in row["question"].split("? ", 1)[1].split("___")]
+        parts = [part for part in parts if re.search(r"\w", part)]
         candidates = [
             context
             for topic, context in contexts
-            if topic != row["topic"] and not any(part and part in context for part in parts)
+            if topic != row["topic"] and not any(part in context for part in parts)
         ]
+        if not candidates:
+            continue
         row["context"] = candidates[rng.integers(len(candidates))]
         row["answers"] = {"text": [], "answer_start": []}
         row["id"] += "-x"
