@@ -240,9 +240,13 @@ with StopSignal() as stop:
         if step == 3 and accelerator.process_index == 1:
             os.kill(os.getpid(), signal.SIGTERM)  # only rank 1 is told
         if stop.should_stop(accelerator):
-            accelerator.print(stop.message(step, run_dir))
+            # one write per line: the two ranks share stdout, and print's separate "\\n"
+            # write could land after the other rank's line
+            if accelerator.is_main_process:
+                os.write(1, (stop.message(step, run_dir) + "\\n").encode())
             path = save_checkpoint(accelerator, run_dir, step)
-            print(f"rank {accelerator.process_index} stopped at {step}: {path.name}")
+            line = f"rank {accelerator.process_index} stopped at {step}: {path.name}\\n"
+            os.write(1, line.encode())
             break
 """
 
