@@ -35,6 +35,7 @@ class TrainerConfig:
     max_grad_norm: float | None = 1.0
     mixed_precision: str = "no"  # no | fp16 | bf16
     cpu: bool = False  # force CPU even where a GPU is present
+    keep_freed_memory: bool = True  # reuse freed host memory between steps (mtl/host_memory.py)
     eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
     checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)

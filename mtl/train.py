@@ -52,6 +52,7 @@ from mtl.distributed import Tracer, check_same_run, env_rank, make_accelerator
 from mtl.errors import MtlError
 from mtl.evaluate import evaluate, to_device
 from mtl.export import write_export
+from mtl.host_memory import keep_freed_memory
 from mtl.logging import (
     RunLogger,
     ShareMeter,
@@ -123,7 +124,10 @@ class Window:
 
 def run(cfg: DictConfig) -> dict[str, float]:
     quiet_libraries()
-    r = build_run(cfg, validate(cfg))
+    settings = validate(cfg)
+    if settings.trainer.keep_freed_memory:
+        keep_freed_memory()
+    r = build_run(cfg, settings)
     t = r.settings.trainer
     r.model.train()
     with StopSignal() as r.stop:

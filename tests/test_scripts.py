@@ -20,6 +20,7 @@ BENCHMARKS = {
     "bench_vs_trainer.py": "vs_trainer",
     "bench_loop_overhead.py": "loop_overhead",
     "bench_packing.py": "packing",
+    "bench_host_memory.py": "host_memory",
 }
 
 
