@@ -1,15 +1,16 @@
 """Contract of BlockShuffleBatchSampler."""
 
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sampler_contract import check_deterministic_and_resumable, check_sharding
 
 from mtl.errors import MtlError
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
+from mtl.testing import check_sampler
 
 lengths_st = st.lists(st.integers(0, 1000), min_size=1, max_size=200)
 options_st = st.fixed_dictionaries(
@@ -30,8 +31,8 @@ def padding_efficiency(lengths, batches):
 
 
 @settings(max_examples=50, deadline=None)
-@given(lengths=lengths_st, options=options_st, num_replicas=st.integers(1, 3))
-def test_len_coverage_sizes_and_sharding(lengths, options, num_replicas):
+@given(lengths=lengths_st, options=options_st)
+def test_len_coverage_and_sizes(lengths, options):
     batch_size, drop_last = options["batch_size"], options["drop_last"]
     plain = list(BlockShuffleBatchSampler(lengths, **options))
     flat = [i for batch in plain for i in batch]
@@ -43,13 +44,14 @@ def test_len_coverage_sizes_and_sharding(lengths, options, num_replicas):
     short = [batch for batch in plain if len(batch) != batch_size]
     assert len(short) <= (0 if drop_last else 1)
 
-    check_sharding(BlockShuffleBatchSampler, lengths, options, num_replicas, plain)
-
 
 @settings(max_examples=50, deadline=None)
-@given(lengths=lengths_st, options=options_st, data=st.data())
-def test_deterministic_and_set_start_resumes(lengths, options, data):
-    check_deterministic_and_resumable(BlockShuffleBatchSampler, lengths, options, data, st.integers)
+@given(lengths=lengths_st, options=options_st)
+def test_keeps_the_sampler_contract(lengths, options):
+    """Coverage, sizes, determinism, sharding over 2 and 3 ranks, set_start (mtl.testing)."""
+    batch_size, seed = options.pop("batch_size"), options.pop("seed")
+    make = partial(BlockShuffleBatchSampler, **options)
+    check_sampler(make, batch_size=batch_size, seed=seed, lengths=[lengths], epochs=2)
 
 
 @pytest.mark.parametrize("seed", range(5))

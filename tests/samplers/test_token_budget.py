@@ -1,20 +1,23 @@
 """Contract of TokenBudgetBatchSampler."""
 
-from pathlib import Path
+from functools import partial
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
-from sampler_contract import check_deterministic_and_resumable, check_sharding
 
+from mtl.config import register_configs
 from mtl.errors import MtlError
+from mtl.loaders.config import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.samplers import TokenBudgetBatchSampler
 from mtl.samplers.token_budget import greedy_cut, split_largest
+from mtl.testing import check_sampler
 
-CONF = Path(__file__).resolve().parents[2] / "mtl" / "conf"
 lengths_st = st.lists(st.integers(0, 300), min_size=1, max_size=200)
 options_st = st.fixed_dictionaries(
     {
@@ -46,16 +49,14 @@ def test_every_example_once_within_budget_and_len_exact(lengths, options, epoch)
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=lengths_st, options=options_st, num_replicas=st.integers(1, 3))
-def test_sharding_gives_equal_lengths_and_only_pads(lengths, options, num_replicas):
-    plain = list(TokenBudgetBatchSampler(lengths, **options))
-    check_sharding(TokenBudgetBatchSampler, lengths, options, num_replicas, plain)
-
-
-@settings(max_examples=40, deadline=None)
-@given(lengths=lengths_st, options=options_st, data=st.data())
-def test_deterministic_and_set_start_resumes(lengths, options, data):
-    check_deterministic_and_resumable(TokenBudgetBatchSampler, lengths, options, data, st.integers)
+@given(lengths=lengths_st, options=options_st)
+def test_keeps_the_sampler_contract(lengths, options):
+    """Coverage, determinism, sharding over 2 and 3 ranks, set_start (mtl.testing)."""
+    batch_size, seed = options.pop("batch_size"), options.pop("seed")
+    make = partial(TokenBudgetBatchSampler, **options)
+    check_sampler(
+        make, batch_size=batch_size, seed=seed, lengths=[lengths], fixed_batch_size=False, epochs=2
+    )
 
 
 @pytest.mark.parametrize("sort_bs_num", [None, 1, 10])
@@ -115,7 +116,13 @@ def test_split_largest_reaches_the_target(sizes, extra):
 
 def test_config_builds_it_the_way_the_training_app_calls_it():
     """The app calls make_sampler(lengths, batch_size, seed=, num_replicas=, rank=)."""
-    make_sampler = instantiate(OmegaConf.load(CONF / "sampler" / "token_budget.yaml"))
+    GlobalHydra.instance().clear()
+    register_configs()
+    for name, schema in LOADER_AND_SAMPLER_SCHEMAS.items():
+        ConfigStore.instance().store(name=name, node=schema)
+    with initialize_config_module(version_base="1.3", config_module="mtl.conf"):
+        cfg = compose("config", overrides=["sampler=token_budget", "task=[synthetic_cls]"])
+    make_sampler = instantiate(cfg.sampler)
     s = make_sampler([3, 1, 2], 8, seed=1, num_replicas=1, rank=0)
     assert isinstance(s, TokenBudgetBatchSampler)
     assert (s.batch_size, s.max_tokens, s.sort_bs_num) == (8, 4096, None)
