@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -124,3 +125,12 @@ def test_the_docs_example_fails_on_a_broken_loader(tmp_path):
         sys.path.remove(str(project))
         for name in [m for m in sys.modules if m.split(".")[0] == "my_project"]:
             del sys.modules[name]
+
+
+def test_mtl_testing_imports_neither_pytest_nor_hypothesis():
+    code = (
+        "import sys, mtl.testing; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pytest', 'hypothesis'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
