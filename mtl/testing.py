@@ -159,8 +159,9 @@ class ToyTask:
 
     def __init__(self, name: str, n: int, offset: int, log: list, resumable: bool) -> None:
         seed = 7 + offset
-        self.batch_sampler = RandomBatchSampler([1] * n, 2, seed=seed) if resumable else None
-        self.batch_sampler = self.batch_sampler or _Sampler(n, 2, seed)
+        self.batch_sampler = (
+            RandomBatchSampler([1] * n, 2, seed=seed) if resumable else _Sampler(n, 2, seed)
+        )
         self.reference = RandomBatchSampler([1] * n, 2, seed=seed)
         self.name, self.offset, self.log = name, offset, log
 
@@ -187,7 +188,7 @@ class ToyTask:
 def toy_tasks(sizes: dict[str, int], log: list, resumable: bool) -> dict[str, ToyTask]:
     """One `ToyTask` per entry (task name -> examples), 2 examples a batch."""
     return {
-        name: ToyTask(name, n, 1000 * i, log, resumable)
+        name: ToyTask(name, n, 1_000_000 * i, log, resumable)
         for i, (name, n) in enumerate(sizes.items())
     }
 
