@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mtl.errors import MtlError
+from mtl.loaders.config import LOADER_AND_SAMPLER_SCHEMAS
 
 
 @dataclass
@@ -183,6 +184,7 @@ SCHEMAS = {
     "trainer_schema": TrainerConfig,
     "model_schema": ModelConfig,
     "logger_schema": LoggerConfig,
+    **LOADER_AND_SAMPLER_SCHEMAS,
 }
 
 
