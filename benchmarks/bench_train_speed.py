@@ -8,14 +8,13 @@ both samplers, so both take the same number of steps (one task: ceil(examples / 
 Runs are interleaved A B A B ... (`--repeats` pairs) so a busy machine slows both alike.
 
 Timed: the training loop only, i.e. from the start to the end of each epoch's iteration over the
-loader (data loading, forward, backward, optimizer, logging), by wrapping `mtl.train.guarded`;
-setup (tokenizing, model load), evaluation and checkpointing are left out. If that hook is
-missing, the whole `run()` is timed instead and the table says so. examples/s = training
-examples drawn / seconds. Dev metric: the task's main metric after the last epoch (the value
-`run()` returns). Peer: the random sampler (plain shuffled batches) in the same loop.
-Goal: block_shuffle >= 2.5x the examples/s of random, dev metric within 1 point.
+loader (data loading, forward, backward, optimizer, logging), by wrapping `mtl.train.guarded`
+(`harness.LoopClock`); setup (tokenizing, model load), evaluation and checkpointing are left
+out. examples/s = training examples drawn / seconds. Dev metric: the task's main metric after
+the last epoch (the value `run()` returns). Peer: the random sampler (plain shuffled batches)
+in the same loop. Goal: block_shuffle >= 2.5x the examples/s of random, dev metric within 1 point.
 
-    python scripts/bench_train_speed.py [--tasks pydoc_topic] [--epochs 1] [--repeats 2]
+    python benchmarks/bench_train_speed.py [--tasks pydoc_topic] [--epochs 1] [--repeats 2]
         [--max-examples N] [--plot docs/train_speed.png] [--quick]
 """
 
@@ -25,7 +24,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -33,61 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import LoopClock, compose, emit, parser, table
+
 SAMPLERS = ("random", "block_shuffle")  # baseline, candidate (--samplers changes them)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from mtl.config import register_configs
-
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
-        return hydra_compose("config", overrides=overrides)
-
-
-class LoopTimer:
-    """Wraps `mtl.train.guarded`: seconds and examples of every epoch's pass over the loader."""
-
-    def __init__(self) -> None:
-        import mtl.train
-
-        self.module = mtl.train
-        self.original = getattr(mtl.train, "guarded", None)
-        self.seconds = 0.0
-        self.examples = 0
-
-    @property
-    def available(self) -> bool:
-        return self.original is not None
-
-    def __enter__(self) -> LoopTimer:
-        if self.available:
-            original = self.original
-
-            def timed(loader, *args, **kwargs):
-                start = time.perf_counter()
-                try:
-                    for batch in original(loader, *args, **kwargs):
-                        ids = batch["input_ids"]
-                        self.examples += int(ids.shape[0])
-                        yield batch
-                finally:
-                    self.seconds += time.perf_counter() - start
-
-            self.module.guarded = timed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.available:
-            self.module.guarded = self.original
 
 
 def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
@@ -112,13 +58,10 @@ def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
         overrides.append("model=tiny")
     cfg = compose(overrides)
     start = time.perf_counter()
-    with LoopTimer() as timer, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
         final = run(cfg)
     total = time.perf_counter() - start
-    seconds = timer.seconds if timer.available else total
-    examples = timer.examples
-    if not timer.available:  # fall back to the logged counts
-        examples = 0
+    seconds, examples = clock.seconds, clock.examples
     metrics = {}
     for task in args.tasks:
         keys = sorted(k for k in final if k.startswith(f"eval/{task}/"))
@@ -126,7 +69,7 @@ def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
         metrics[task] = final[main] if main else float("nan")
     return {
         "sampler": sampler,
-        "timed": "loop" if timer.available else "run",
+        "timed": "loop",
         "seconds": seconds,
         "run_seconds": total,
         "examples": examples,
@@ -155,22 +98,20 @@ def plot(runs: list[dict], path: str, samplers: list[str]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=["pydoc_topic"])
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2, help="A/B pairs (default 2)")
-    parser.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--plot", default=None, help="write a PNG of examples/s per run")
-    parser.add_argument("--quick", action="store_true", help="tiny model, 64 examples, 1 pair")
-    parser.add_argument(
+    p = parser(__doc__, "tiny model, 64 examples, 1 pair", threads=2)
+    p.add_argument("--tasks", nargs="+", default=["pydoc_topic"])
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=2, help="A/B pairs (default 2)")
+    p.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
+    p.add_argument("--plot", default=None, help="write a PNG of examples/s per run")
+    p.add_argument(
         "--samplers",
         nargs=2,
         default=list(SAMPLERS),
         metavar=("BASELINE", "CANDIDATE"),
         help="two sampler configs, options after a colon: token_budget:max_tokens=1632",
     )
-    args = parser.parse_args()
+    args = p.parse_args()
     if args.quick:
         args.max_examples, args.repeats = args.max_examples or 64, 1
 
@@ -196,15 +137,12 @@ def main() -> None:
         f"tasks {tasks}, {args.epochs} epoch(s), model {'tiny' if args.quick else 'minilm'}, "
         f"CPU, {args.threads} torch threads, timed: {runs[0]['timed']}"
     )
-    width = max(14, *(len(s) + 1 for s in args.samplers))
-    header = f"{'run':>4} {'sampler':{width}}{'examples':>9}{'seconds':>9}{'ex/s':>9}{'run s':>8}"
-    print(header + "".join(f"{'dev ' + t:>22}" for t in tasks))
-    for i, r in enumerate(runs):
-        dev = "".join(f"{r['dev'][t]:22.4f}" for t in tasks)
-        print(
-            f"{i + 1:4d} {r['sampler']:{width}}{r['examples']:9d}{r['seconds']:9.1f}"
-            f"{r['examples_per_s']:9.2f}{r['run_seconds']:8.1f}{dev}"
-        )
+    table(
+        ["run", "sampler", "examples", "seconds", "ex/s", "run s", *(f"dev {t}" for t in tasks)],
+        [[i + 1, r["sampler"], r["examples"], r["seconds"], r["examples_per_s"], r["run_seconds"],
+          *(r["dev"][t] for t in tasks)] for i, r in enumerate(runs)],
+        [0, 0, 0, 1, 2, 1, *([4] * len(tasks))],
+    )  # fmt: skip
     base, cand = args.samplers
     speed = {s: [r["examples_per_s"] for r in runs if r["sampler"] == s] for s in args.samplers}
     pair_ratios = [b / a for a, b in zip(speed[base], speed[cand], strict=True)]
@@ -223,21 +161,19 @@ def main() -> None:
     if args.plot:
         plot(runs, args.plot, args.samplers)
         print(f"plot: {args.plot}")
-    print(
-        json.dumps(
-            {
-                "bench": "train_speed",
-                "tasks": tasks,
-                "epochs": args.epochs,
-                "timed": runs[0]["timed"],
-                "examples_per_s": {s: [round(v, 3) for v in speed[s]] for s in args.samplers},
-                f"ratio_{cand}_vs_{base}": round(ratio, 3),
-                "pair_ratios": [round(v, 3) for v in pair_ratios],
-                "dev": dev,
-                "dev_diff_points": {t: round(v, 2) for t, v in dev_points.items()},
-            }
-        )
-    )
+    figures = {
+        "bench": "train_speed",
+        "peer": f"sampler={base} in the same loop",
+        "tasks": tasks,
+        "epochs": args.epochs,
+        "timed": runs[0]["timed"],
+        "examples_per_s": {s: [round(v, 3) for v in speed[s]] for s in args.samplers},
+        f"ratio_{cand}_vs_{base}": round(ratio, 3),
+        "pair_ratios": [round(v, 3) for v in pair_ratios],
+        "dev": dev,
+        "dev_diff_points": {t: round(v, 2) for t, v in dev_points.items()},
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":
