@@ -70,6 +70,26 @@ def hf_collator() -> Callable[[list[dict[str, Any]]], Any] | str:
         return f"hf_with_padding skipped: {type(err).__name__}: {err}"
 
 
+def collators(batches: list[list[dict[str, Any]]]) -> tuple[dict, list[str]]:
+    """Each row's collate function with its inputs, and the rows skipped."""
+    packed = [PackedRows.from_examples(b) for b in batches]
+    hf_inputs = [
+        [{"input_ids": e["input_ids"], "attention_mask": [1] * len(e["input_ids"]),
+          "labels": e["labels"]} for e in b]
+        for b in batches
+    ]  # fmt: skip
+    collate = make_collator("sequence_classification", "bench", pad_token_id=0)
+    rows: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
+        "mtl_packed": (collate, packed),
+        "mtl_dicts": (collate, batches),
+        "naive_pad_sequence": (naive, batches),
+    }
+    hf = hf_collator()
+    if isinstance(hf, str):
+        return rows, [hf]
+    return rows | {"hf_with_padding": (hf, hf_inputs)}, []
+
+
 def main() -> None:
     args = parser(__doc__, "20 batches, 1 round")
     args.add_argument("--rounds", type=int, default=5)
@@ -79,30 +99,7 @@ def main() -> None:
     rounds, count = (1, 20) if args.quick else (args.rounds, args.batches)
 
     batches = make_batches(count)
-    packed = [PackedRows.from_examples(b) for b in batches]
-    hf_inputs = [
-        [
-            {
-                "input_ids": e["input_ids"],
-                "attention_mask": [1] * len(e["input_ids"]),
-                "labels": e["labels"],
-            }
-            for e in b
-        ]
-        for b in batches
-    ]
-    collate = make_collator("sequence_classification", "bench", pad_token_id=0)
-    rows: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
-        "mtl_packed": (collate, packed),
-        "mtl_dicts": (collate, batches),
-        "naive_pad_sequence": (naive, batches),
-    }
-    skipped = []
-    hf = hf_collator()
-    if isinstance(hf, str):
-        skipped.append(hf)
-    else:
-        rows["hf_with_padding"] = (hf, hf_inputs)
+    rows, skipped = collators(batches)
 
     def collate_all(fn: Callable[[Any], Any], inputs: list[Any]) -> Callable[[], int]:
         return lambda: len([fn(batch) for batch in inputs])

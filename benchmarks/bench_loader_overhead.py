@@ -175,6 +175,41 @@ def hf_interleave_row(loaders: dict[str, DataLoader]) -> Callable[[], Iterator] 
     return run
 
 
+def mtl_loaders(loaders: dict[str, DataLoader]) -> dict:
+    return {
+        "sequential": SequentialLoader(loaders, shuffle_tasks=False),
+        "round_robin": RoundRobinLoader(loaders),
+        "random": RandomLoader(loaders),
+        "mixup": MixupLoader(loaders),
+    }
+
+
+def add_peers(loaders: dict, rows: dict, per_step: dict, pairs: dict) -> list[str]:
+    """Add the peers' rows (task batches per step, the by-hand row each is compared with);
+    returns one line per peer that is not installed."""
+    skipped = []
+    lightning = lightning_rows(loaders)
+    if isinstance(lightning, str):
+        skipped.append(lightning)
+        print(lightning)
+    else:
+        rows |= lightning
+        per_step |= {"lightning_sequential": 1, "lightning_max_size_cycle": len(loaders)}
+        pairs |= {
+            "lightning_sequential": "by_hand_sequential",
+            "lightning_max_size_cycle": "by_hand_zip",
+        }
+    hf = hf_interleave_row(loaders)  # its own length (all_exhausted oversamples small tasks)
+    if isinstance(hf, str):
+        skipped.append(hf)
+        print(hf)
+    else:
+        rows["hf_interleave"] = hf
+        per_step["hf_interleave"] = 1
+        pairs["hf_interleave"] = "by_hand_random"
+    return skipped
+
+
 def main() -> None:
     args = parser(__doc__, "tasks 50x smaller, 1 round")
     args.add_argument("--rounds", type=int, default=5)
@@ -184,12 +219,7 @@ def main() -> None:
     torch.set_num_threads(1)  # as in a DataLoader worker; 2 threads on a busy 2-core box jitter 10x
     loaders = make_loaders(0.02 if args.quick else 1.0)
 
-    ours = {
-        "sequential": SequentialLoader(loaders, shuffle_tasks=False),
-        "round_robin": RoundRobinLoader(loaders),
-        "random": RandomLoader(loaders),
-        "mixup": MixupLoader(loaders),
-    }
+    ours = mtl_loaders(loaders)
     steps = {name: len(loader) for name, loader in ours.items()}
     per_step = {name: 1 for name in ours} | {"mixup": len(loaders)}
     rows: dict[str, Callable[[], Iterator]] = {}
@@ -204,34 +234,9 @@ def main() -> None:
         pairs[name] = f"by_hand_{name}"
     rows["by_hand_zip"] = lambda: by_hand_zip(loaders, steps["mixup"])
     check_same_batches(ours, rows)
-    steps |= {f"by_hand_{n}": steps[n] for n in ours} | {"by_hand_zip": steps["mixup"]}
     per_step |= {f"by_hand_{n}": per_step[n] for n in ours} | {"by_hand_zip": len(loaders)}
 
-    skipped = []
-    lightning = lightning_rows(loaders)
-    if isinstance(lightning, str):
-        skipped.append(lightning)
-        print(lightning)
-    else:
-        rows |= lightning
-        steps |= {
-            "lightning_sequential": steps["sequential"],
-            "lightning_max_size_cycle": steps["mixup"],
-        }
-        per_step |= {"lightning_sequential": 1, "lightning_max_size_cycle": len(loaders)}
-        pairs |= {
-            "lightning_sequential": "by_hand_sequential",
-            "lightning_max_size_cycle": "by_hand_zip",
-        }
-    hf = hf_interleave_row(loaders)
-    if isinstance(hf, str):
-        skipped.append(hf)
-        print(hf)
-    else:
-        rows["hf_interleave"] = hf
-        steps["hf_interleave"] = None  # its own length (all_exhausted oversamples small tasks)
-        per_step["hf_interleave"] = 1
-        pairs["hf_interleave"] = "by_hand_random"
+    skipped = add_peers(loaders, rows, per_step, pairs)
 
     drawn: dict[str, int] = {}
 

@@ -40,12 +40,21 @@ import json
 import math
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from harness import LoopClock, compose, emit, parser, passes, table
+from harness import (
+    LoopClock,
+    compose,
+    emit,
+    grouped,
+    parser,
+    passes,
+    quiet_transformers,
+    scratch,
+    table,
+)
 
 
 def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
@@ -124,6 +133,27 @@ def same_losses(windows: list[tuple[int, float]], losses: list[float]) -> bool:
     return bool(windows)
 
 
+def run_pairs(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Each run's steady-state figures, and per pair whether both saw the same batches and
+    computed the same losses."""
+    runs, checks = [], []
+    with scratch("bench_loop_overhead_") as workdir:
+        for repeat in range(args.repeats):
+            cfg = compose(config_overrides(args, workdir / str(repeat)))
+            pair = {}
+            for name in ("mtl", "bare") if repeat % 2 == 0 else ("bare", "mtl"):  # A B B A ...
+                pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
+                runs.append({"loop": name, "repeat": repeat, **pair[name][0].steady(args.warmup)})
+            (mtl_clock, windows), (bare_clock, losses) = pair["mtl"], pair["bare"]
+            same = len(mtl_clock.example_ids) == len(bare_clock.example_ids) == args.steps and all(
+                torch.equal(a, b)
+                for a, b in zip(mtl_clock.example_ids, bare_clock.example_ids, strict=True)
+            )
+            checks.append({"same_batches": same, "same_losses": same_losses(windows, losses)})
+            shutil.rmtree(workdir / str(repeat), ignore_errors=True)
+    return runs, checks
+
+
 def main() -> None:
     p = parser(__doc__, "20 steps, 128 examples, 1 pair", threads=1)
     p.add_argument("--task", default="pydoc_topic")
@@ -139,28 +169,9 @@ def main() -> None:
     if not 0 <= args.warmup < args.steps:
         p.error("--warmup must be in [0, --steps)")
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
-    runs, checks = [], []
-    workdir = Path(tempfile.mkdtemp(prefix="bench_loop_overhead_"))
-    try:
-        for repeat in range(args.repeats):
-            cfg = compose(config_overrides(args, workdir / str(repeat)))
-            pair = {}
-            for name in ("mtl", "bare") if repeat % 2 == 0 else ("bare", "mtl"):  # A B B A ...
-                pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
-                runs.append({"loop": name, "repeat": repeat, **pair[name][0].steady(args.warmup)})
-            (mtl_clock, windows), (bare_clock, losses) = pair["mtl"], pair["bare"]
-            same = len(mtl_clock.example_ids) == len(bare_clock.example_ids) == args.steps and all(
-                torch.equal(a, b)
-                for a, b in zip(mtl_clock.example_ids, bare_clock.example_ids, strict=True)
-            )
-            checks.append({"same_batches": same, "same_losses": same_losses(windows, losses)})
-            shutil.rmtree(workdir / str(repeat), ignore_errors=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    runs, checks = run_pairs(args)
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     print(
@@ -173,10 +184,7 @@ def main() -> None:
           r["ms_per_step"]] for i, r in enumerate(runs)],
         [0, 0, 0, 0, 2, 1, 2],
     )  # fmt: skip
-    speed = {
-        loop: [r["examples_per_s"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")
-    }
-    ms = {loop: [r["ms_per_step"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")}
+    speed, ms = grouped(runs, "loop", "examples_per_s"), grouped(runs, "loop", "ms_per_step")
     ratios = [m / b for m, b in zip(speed["mtl"], speed["bare"], strict=True)]
     ratio = statistics.median(ratios)
     overhead = statistics.median(m - b for m, b in zip(ms["mtl"], ms["bare"], strict=True))

@@ -36,6 +36,20 @@ def timed_step(model, batch, pack) -> tuple[float, float]:
     return seconds, loss.item()
 
 
+def check_encoder(model, steps: list[dict]):
+    """The model's packer after its one-time check of the encoder (outside the timed steps)."""
+    packer = model.packed
+    for batch in steps:
+        packing = Packing(batch["attention_mask"])
+        if packing.worth_it():
+            inputs = {
+                k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch
+            }
+            packer.supported = packer.check(model.encoder, inputs, packing)
+            break
+    return packer
+
+
 def main() -> None:
     args = parser(__doc__, "tiny model, 2 steps, small tasks", threads=0)
     args.add_argument("--steps", type=int, default=6)
@@ -52,15 +66,7 @@ def main() -> None:
     settings, tasks, steps = first_steps(overrides, args.steps)
     torch.manual_seed(0)
     model = build_model(settings, tasks)
-    packer = model.packed
-    for batch in steps:  # the one-time check of the encoder, outside the timed steps
-        packing = Packing(batch["attention_mask"])
-        if packing.worth_it():
-            inputs = {
-                k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch
-            }
-            packer.supported = packer.check(model.encoder, inputs, packing)
-            break
+    packer = check_encoder(model, steps)
     timed_step(model, steps[0], None)  # warm-up
     rows = []
     for i, batch in enumerate(steps):

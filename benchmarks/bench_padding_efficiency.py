@@ -140,6 +140,22 @@ def plot(figures: dict[str, dict[str, float]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def sampler_rows(lengths: np.ndarray, bs: int, seed: int, max_tokens: int) -> dict[str, Batches]:
+    """mtl's samplers on `lengths`: random, block_shuffle at each sort_bs_num, token_budget."""
+
+    def batches(sampler) -> Batches:
+        return lambda _lengths, epoch: sampler.epoch_batches(epoch)
+
+    rows = {"random": batches(RandomBatchSampler(lengths, bs, seed=seed))}
+    for k in SORT_BS_NUMS:
+        rows[f"block_shuffle(sort_bs_num={k})"] = batches(
+            BlockShuffleBatchSampler(lengths, bs, seed=seed, sort_bs_num=k)
+        )
+    budget = TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, seed=seed)
+    rows["token_budget"] = batches(budget)
+    return rows
+
+
 def main() -> None:
     p = parser(__doc__, "2 epochs, 2000 synthetic lengths")
     p.add_argument("--epochs", type=int, default=5, help="epochs pooled (default 5)")
@@ -156,23 +172,10 @@ def main() -> None:
     datasets = {"pydoc": pydoc_lengths(), "synthetic": synthetic}
     budgets = {name: budget_for_mean_batch(x, bs, seed) for name, x in datasets.items()}
 
-    def sampler_rows(lengths: np.ndarray, data_name: str) -> dict[str, Batches]:
-        def batches(sampler) -> Batches:
-            return lambda _lengths, epoch: sampler.epoch_batches(epoch)
-
-        rows = {"random": batches(RandomBatchSampler(lengths, bs, seed=seed))}
-        for k in SORT_BS_NUMS:
-            rows[f"block_shuffle(sort_bs_num={k})"] = batches(
-                BlockShuffleBatchSampler(lengths, bs, seed=seed, sort_bs_num=k)
-            )
-        budget = TokenBudgetBatchSampler(lengths, max_tokens=budgets[data_name], seed=seed)
-        rows["token_budget"] = batches(budget)
-        return rows
-
     peers, skipped = peer_rows(bs, seed)
     figures: dict[str, dict[str, float]] = {}
     for data_name, lengths in datasets.items():
-        rows = sampler_rows(lengths, data_name) | peers
+        rows = sampler_rows(lengths, bs, seed, budgets[data_name]) | peers
         figures[data_name] = {
             name: round(efficiency(make, lengths, args.epochs), 4) for name, make in rows.items()
         }

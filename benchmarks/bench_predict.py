@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 import torch
-from harness import emit, parser, table
+from harness import emit, parser, quiet_transformers, table
 
 
 def build(device):
@@ -47,12 +47,9 @@ def main() -> None:
     args.add_argument("--rounds", type=int, default=2)
     args.add_argument("--batch-size", type=int, default=32)
     args = args.parse_args()
-    from transformers.utils import logging as hf_logging
-
     from mtl.predict import predict_task
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     n, rounds = (64, 1) if args.quick else (args.rows, args.rounds)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, texts = build(device)

@@ -86,6 +86,23 @@ def plot(results: dict[str, dict[str, dict[str, float]]], path: str) -> None:
     print(f"plot written to {path}")
 
 
+def measure_sizes(sizes: list[int], repeats: int, hf_max_n: int) -> tuple[dict, list[str]]:
+    """{row: {n: {"s", "peak_mib"}}} at each size, and the rows skipped."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    skipped = []
+    for n in sizes:
+        lengths = lognormal_lengths(n, 4.0, 1.0, 1, 2048)
+        rows = builders(lengths)
+        if n <= hf_max_n:
+            rows["hf_length_grouped"] = hf_length_grouped(lengths, BATCH_SIZE)
+        else:
+            skipped.append(f"hf_length_grouped at n={n:.0e} (per-example Python sort, too slow)")
+        for name, build in rows.items():
+            seconds, mib = measure(build, 1 if n >= 10_000_000 else repeats)
+            results.setdefault(name, {})[str(n)] = {"s": seconds, "peak_mib": mib}
+    return results, skipped
+
+
 def cells(figures: dict[str, float] | None) -> tuple:
     return (figures["s"], figures["peak_mib"]) if figures else ("skipped", "")
 
@@ -98,19 +115,7 @@ def main() -> None:
     args = args.parse_args()
     sizes = [10_000, 100_000] if args.quick else [100_000, 1_000_000, 10_000_000]
 
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    skipped = []
-    for n in sizes:
-        lengths = lognormal_lengths(n, 4.0, 1.0, 1, 2048)
-        rows = builders(lengths)
-        if n <= args.hf_max_n:
-            rows["hf_length_grouped"] = hf_length_grouped(lengths, BATCH_SIZE)
-        else:
-            skipped.append(f"hf_length_grouped at n={n:.0e} (per-example Python sort, too slow)")
-        repeats = 1 if n >= 10_000_000 else args.repeats
-        for name, build in rows.items():
-            seconds, mib = measure(build, repeats)
-            results.setdefault(name, {})[str(n)] = {"s": seconds, "peak_mib": mib}
+    results, skipped = measure_sizes(sizes, args.repeats, args.hf_max_n)
 
     table(
         ["method", *(c for n in sizes for c in (f"n={n:.0e} s", "MiB"))],

@@ -27,11 +27,19 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from harness import LoopClock, compose, emit, parser, table
+from harness import (
+    LoopClock,
+    compose,
+    emit,
+    grouped,
+    parser,
+    quiet_transformers,
+    scratch,
+    table,
+)
 
 SAMPLERS = ("random", "block_shuffle")  # baseline, candidate (--samplers changes them)
 
@@ -97,6 +105,33 @@ def plot(runs: list[dict], path: str, samplers: list[str]) -> None:
     fig.savefig(path, dpi=120)
 
 
+def run_all(args: argparse.Namespace) -> list[dict]:
+    """Every run, interleaved A B A B ..."""
+    runs = []
+    with scratch("bench_train_speed_") as workdir:
+        for repeat in range(args.repeats):
+            for i, sampler in enumerate(args.samplers):
+                out_dir = workdir / f"{repeat}_{i}"
+                runs.append(one_run(sampler, args, out_dir) | {"repeat": repeat})
+                print(f"run {len(runs)}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
+                shutil.rmtree(out_dir, ignore_errors=True)
+    return runs
+
+
+def print_runs(args: argparse.Namespace, runs: list[dict]) -> None:
+    print(
+        f"tasks {args.tasks}, {args.epochs} epoch(s), model {'tiny' if args.quick else 'minilm'}, "
+        f"CPU, {args.threads} torch threads, timed: {runs[0]['timed']}"
+    )
+    table(
+        ["run", "sampler", "examples", "seconds", "ex/s", "run s",
+         *(f"dev {t}" for t in args.tasks)],
+        [[i + 1, r["sampler"], r["examples"], r["seconds"], r["examples_per_s"], r["run_seconds"],
+          *(r["dev"][t] for t in args.tasks)] for i, r in enumerate(runs)],
+        [0, 0, 0, 1, 2, 1, *([4] * len(args.tasks))],
+    )  # fmt: skip
+
+
 def main() -> None:
     p = parser(__doc__, "tiny model, 64 examples, 1 pair", threads=2)
     p.add_argument("--tasks", nargs="+", default=["pydoc_topic"])
@@ -116,35 +151,13 @@ def main() -> None:
         args.max_examples, args.repeats = args.max_examples or 64, 1
 
     import torch
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
-    runs = []
-    workdir = Path(tempfile.mkdtemp(prefix="bench_train_speed_"))
-    try:
-        for repeat in range(args.repeats):
-            for i, sampler in enumerate(args.samplers):
-                out_dir = workdir / f"{repeat}_{i}"
-                runs.append(one_run(sampler, args, out_dir) | {"repeat": repeat})
-                print(f"run {len(runs)}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
-                shutil.rmtree(out_dir, ignore_errors=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    tasks = args.tasks
-    print(
-        f"tasks {tasks}, {args.epochs} epoch(s), model {'tiny' if args.quick else 'minilm'}, "
-        f"CPU, {args.threads} torch threads, timed: {runs[0]['timed']}"
-    )
-    table(
-        ["run", "sampler", "examples", "seconds", "ex/s", "run s", *(f"dev {t}" for t in tasks)],
-        [[i + 1, r["sampler"], r["examples"], r["seconds"], r["examples_per_s"], r["run_seconds"],
-          *(r["dev"][t] for t in tasks)] for i, r in enumerate(runs)],
-        [0, 0, 0, 1, 2, 1, *([4] * len(tasks))],
-    )  # fmt: skip
-    base, cand = args.samplers
-    speed = {s: [r["examples_per_s"] for r in runs if r["sampler"] == s] for s in args.samplers}
+    runs = run_all(args)
+    print_runs(args, runs)
+    tasks, (base, cand) = args.tasks, args.samplers
+    speed = grouped(runs, "sampler", "examples_per_s")
     pair_ratios = [b / a for a, b in zip(speed[base], speed[cand], strict=True)]
     ratio = statistics.median(pair_ratios)
     dev = {

@@ -39,12 +39,10 @@ import argparse
 import contextlib
 import dataclasses
 import io
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from harness import LoopClock, compose, emit, parser, table
+from harness import LoopClock, compose, emit, parser, quiet_transformers, scratch, table
 
 QUICK_EXAMPLES = 128  # --quick: cap per split (4 steps of 32)
 
@@ -228,15 +226,13 @@ def main() -> None:
     args = p.parse_args()
 
     import torch
-    from transformers.utils import logging as hf_logging
 
     from mtl.config import validate
 
-    hf_logging.set_verbosity_error()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
-    workdir = Path(tempfile.mkdtemp(prefix="bench_vs_trainer_"))
-    try:
+    with scratch("bench_vs_trainer_") as workdir:
         cfg = compose(overrides(args, workdir / "mtl", cuda))
         settings = validate(cfg)
         if settings.tasks[args.task].type != "sequence_classification":
@@ -246,8 +242,6 @@ def main() -> None:
             )
         mtl = run_mtl(cfg, args.task)
         trainer = run_trainer(cfg, args.task, workdir / "trainer", cuda)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
     task = settings.tasks[args.task]
     ratio = mtl["examples_per_s"] / trainer["examples_per_s"]

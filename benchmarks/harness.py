@@ -11,12 +11,15 @@ requests), prints one `table` and ends with `emit` (one JSON line of figures, al
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -154,6 +157,32 @@ class LoopClock:
         import mtl.train
 
         mtl.train.guarded = self.original
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A temporary folder for the runs' outputs, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def grouped(runs: list[dict], by: str, value: str) -> dict[str, list]:
+    """`value` of every run, listed per distinct `by` (in order of first appearance)."""
+    out: dict[str, list] = {}
+    for run in runs:
+        out.setdefault(run[by], []).append(run[value])
+    return out
+
+
+def quiet_transformers() -> None:
+    """transformers' warnings and progress bars off (they would break the table)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def run_child(argv: list[str], env: dict[str, str] | None = None) -> Any:

@@ -186,25 +186,9 @@ def plot(groups, single, columns, path: Path) -> None:
     plt.close(fig)
 
 
-def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
-    columns = metric_columns(mixing)
-    groups = by_config(mixing)
-    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
-    single: dict[str, list[dict]] = {}
-    for row in single_rows:
-        task = row["overrides"].get("task", "").strip("[]")
-        single.setdefault(task, []).append(row)
-    lines = ["# The study: mixing, batching and multi-task on the bundled tasks", ""]
-    lines += [
-        f"Default tasks ({', '.join(TASKS)}), model `{'tiny' if args.quick else 'minilm'}`, "
-        f"{args.epochs} epoch(s) over at most {args.max_examples} training examples per task, "
-        f"seeds 0-{args.seeds - 1}; the dev splits are whole. Machine: {os.cpu_count()} CPU cores; "
-        f"the whole study took {budget_s / 60:.0f} min. Remade by `python benchmarks/study.py` "
-        "(the commands it ran are listed at the end).",
-        "",
-        "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
-        "",
-    ]
+def mixing_table(groups: dict, columns: dict, loaders: list, samplers: list) -> list[str]:
+    """(a): each loader and sampler's dev metrics, steps, time and speed."""
+    lines: list[str] = []
     head = ["loader", "sampler", *columns.values(), "eval/mean", "steps", "wall s", "examples/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for loader in loaders:
@@ -226,6 +210,12 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
         "![dev metrics](study_metrics.png)",
         "",
     ]
+    return lines
+
+
+def sampler_section(groups: dict, columns: dict, loaders: list) -> list[str]:
+    """What block shuffle costs, and which loader wins per task."""
+    lines: list[str] = []
     lines += ["### Does block shuffle cost accuracy?", ""]
     lines += ["block_shuffle minus random, paired by loader and seed (mean ± standard error):", ""]
     for task, column in {**columns, "mean": "monitor"}.items():
@@ -257,6 +247,12 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
             f"(gap {gap:.4f}, standard error {se:.4f}: {sure}); last {ranked[-1]} "
             f"{stats[ranked[-1]][0]:.4f}"
         )
+    return lines
+
+
+def single_section(groups: dict, columns: dict, single: dict, single_rows: list) -> list[str]:
+    """(b): multi-task vs one model per task."""
+    lines: list[str] = []
     lines += ["", "## (b) Multi-task vs one model per task", ""]
     lines += [
         "Same steps per task; multi-task = the default config (random loader, block_shuffle).",
@@ -281,6 +277,31 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
             f"Wall time: {wall_multi:.0f} s for the multi-task runs of the default "
             f"config vs {wall_single:.0f} s for the single-task runs of the same seeds.",
         ]
+    return lines
+
+
+def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
+    columns = metric_columns(mixing)
+    groups = by_config(mixing)
+    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
+    single: dict[str, list[dict]] = {}
+    for row in single_rows:
+        task = row["overrides"].get("task", "").strip("[]")
+        single.setdefault(task, []).append(row)
+    lines = ["# The study: mixing, batching and multi-task on the bundled tasks", ""]
+    lines += [
+        f"Default tasks ({', '.join(TASKS)}), model `{'tiny' if args.quick else 'minilm'}`, "
+        f"{args.epochs} epoch(s) over at most {args.max_examples} training examples per task, "
+        f"seeds 0-{args.seeds - 1}; the dev splits are whole. Machine: {os.cpu_count()} CPU cores; "
+        f"the whole study took {budget_s / 60:.0f} min. Remade by `python benchmarks/study.py` "
+        "(the commands it ran are listed at the end).",
+        "",
+        "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
+        "",
+    ]
+    lines += mixing_table(groups, columns, loaders, samplers)
+    lines += sampler_section(groups, columns, loaders)
+    lines += single_section(groups, columns, single, single_rows)
     lines += ["", "## (c) mtl vs the Hugging Face Trainer, (d) loop overhead", ""]
     for name in ("vs_trainer", "loop_overhead"):
         if name in bench:
@@ -320,6 +341,29 @@ def run_bench(script: str, work: Path, quick: bool) -> dict:
     return {"table": table, "figures": json.loads(out.read_text())}
 
 
+def sweep_plans(args) -> dict[str, list[str]]:
+    """The two sweeps' overrides: (a) mixing and (b) single."""
+    seeds = ",".join(str(s) for s in range(args.seeds))
+    common = [
+        "logger=none",
+        "trainer.progress_bar=false",
+        "trainer.export=false",
+        f"trainer.epochs={args.epochs}",
+        f"data.max_examples={args.max_examples}",
+        f"seed={seeds}",
+    ]
+    if args.quick:
+        common.append("model=tiny")
+    return {
+        "mixing": [
+            f"loader={','.join(args.loaders)}",
+            f"sampler={','.join(args.samplers)}",
+            *common,
+        ],
+        "single": [f"task={','.join(TASKS)}", *common],
+    }
+
+
 def main() -> None:
     p = parser(__doc__, "model=tiny, 2 seeds, few examples (tests)")
     p.add_argument("--out", type=Path, default=ROOT / "docs")
@@ -335,25 +379,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.max_examples = min(args.seeds, 2), min(args.max_examples, 48)
     args.loaders, args.samplers = args.loaders.split(","), args.samplers.split(",")
-    seeds = ",".join(str(s) for s in range(args.seeds))
-    common = [
-        "logger=none",
-        "trainer.progress_bar=false",
-        "trainer.export=false",
-        f"trainer.epochs={args.epochs}",
-        f"data.max_examples={args.max_examples}",
-        f"seed={seeds}",
-    ]
-    if args.quick:
-        common.append("model=tiny")
-    plans = {
-        "mixing": [
-            f"loader={','.join(args.loaders)}",
-            f"sampler={','.join(args.samplers)}",
-            *common,
-        ],
-        "single": [f"task={','.join(TASKS)}", *common],
-    }
+    plans = sweep_plans(args)
     args.commands = [
         f"python train.py -m {' '.join(o)} hydra.sweep.dir={shown(args.work / name)}"
         for name, o in plans.items()
