@@ -2,10 +2,11 @@
 
 A benchmark answers one question by comparing rows side by side in the same run (a ratio, not an
 absolute time) and names the peer it compares with. It builds its options with `parser`, times
-with `best_of` (rows interleaved, one warm-up round) or `LoopClock` (the training loop's batch
-requests), prints one `table` and ends with `emit` (one JSON line of figures, also written to
-`--json PATH`). Fixtures two benchmarks share live here too (`compose`, `first_steps`, `passes`,
-`lognormal_lengths`, `hf_length_grouped`, `run_child`); benchmarks never import each other.
+with `best_of` (rows interleaved, one warm-up round), `LoopClock` (the training loop's batch
+requests) or `run_child` (a fresh process, for memory), prints one `table` and ends with `emit`
+(one JSON line of figures, also written to `--json PATH`). What two benchmarks would otherwise
+each write lives here too (`compose`, `first_steps`, `passes`, `lognormal_lengths`,
+`hf_length_grouped`, `scratch`, `grouped`); benchmarks never import each other.
 """
 
 from __future__ import annotations
