@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     summary; bad input ends with one line `mtl: error: ...` and status 2."""
     parser = argparse.ArgumentParser(
         prog="mtl-dry-run",
-        description=__doc__.splitlines()[0],
+        description="Print what one epoch of a loader does from the task sizes alone (no data).",
         epilog="Sizes are batches per pass of each task (examples / batch size, rounded up).",
     )
     parser.add_argument("loader", help="sequential | round_robin | random | mixup | your own")
