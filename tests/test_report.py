@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from mtl.config import register_configs
 from mtl.report import job_figures, main, read_rows, report, run_figures, sweep_figures
+from mtl.reporting import workspace
 from mtl.train import run
 from mtl.wandb_file import records
 
@@ -154,7 +154,7 @@ def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
 def workspace_script(*args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "wandb_workspace.py"), "--entity", "e",
+        [sys.executable, "-m", "mtl.reporting.workspace", "--entity", "e",
          "--project", "p", "--dry-run", *args],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
@@ -163,12 +163,7 @@ def workspace_script(*args: str) -> dict:
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "wandb_workspace", ROOT / "scripts" / "wandb_workspace.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return workspace
 
 
 def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):

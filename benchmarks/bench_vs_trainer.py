@@ -4,12 +4,12 @@ One sequence classification task (default `pydoc_topic`), the same model, data, 
 epochs, learning rate, max_length and seed for both; peer: transformers' `Trainer`.
 
 - mtl: the real `mtl.train.run` on the composed config (as `train.py` would; see
-  scripts/bench_train_speed.py) with `logger=none trainer.progress_bar=false task=[<task>]
+  benchmarks/bench_train_speed.py) with `logger=none trainer.progress_bar=false task=[<task>]
   trainer.epochs=<epochs> trainer.lr=<lr> trainer.head_lr=<lr> trainer.warmup_ratio=0` and the
   default sampler (block_shuffle) and loader. mtl always evaluates after each epoch; that, setup
   (tokenizing, model load) and the final checkpoint are not timed. Timed: every epoch's pass over
   the loader (data, forward, backward, optimizer, logging every `trainer.log_every` steps), by
-  wrapping `mtl.train.guarded` (bench_train_speed's `LoopTimer`).
+  wrapping `mtl.train.guarded` (`harness.LoopClock`).
 - Trainer: `AutoModelForSequenceClassification.from_pretrained(<the packaged MiniLM>)` (BERT's
   pooler -> dropout -> linear, exactly mtl's sentence head; `model=tiny` with `--quick`: the same
   tiny config, randomly initialised) on the train/dev rows of the task built by mtl's own data
@@ -29,7 +29,7 @@ the whole mtl `run()` and, for the Trainer, model load + train + predict. Not th
 heads' output layer starts from PyTorch's default init in mtl and from normal(0, 0.02) in
 transformers, and the two draw their batches differently (block shuffle vs length groups).
 
-    python scripts/bench_vs_trainer.py [--task pydoc_topic] [--epochs 1] [--lr 1e-4]
+    python benchmarks/bench_vs_trainer.py [--task pydoc_topic] [--epochs 1] [--lr 1e-4]
         [--batch-size N] [--max-length N] [--seed 0] [--threads 2] [--json PATH] [--quick]
 """
 
@@ -39,13 +39,10 @@ import argparse
 import contextlib
 import dataclasses
 import io
-import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from bench_train_speed import LoopTimer, compose
+from harness import LoopClock, compose, emit, parser, quiet_transformers, scratch, table
 
 QUICK_EXAMPLES = 128  # --quick: cap per split (4 steps of 32)
 
@@ -79,15 +76,13 @@ def run_mtl(cfg, task: str) -> dict:
     from mtl.train import run
 
     start = time.perf_counter()
-    with LoopTimer() as timer, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
         final = run(cfg)
     total = time.perf_counter() - start
-    if not timer.available:
-        raise SystemExit("mtl.train.guarded is gone: update LoopTimer in bench_train_speed.py")
     return {
-        "examples": timer.examples,
-        "seconds": timer.seconds,
-        "examples_per_s": timer.examples / timer.seconds,
+        "examples": clock.examples,
+        "seconds": clock.seconds,
+        "examples_per_s": clock.examples / clock.seconds,
         "dev_accuracy": final[f"eval/{task}/accuracy"],
         "run_seconds": total,
     }
@@ -221,39 +216,32 @@ def run_trainer(cfg, task: str, out_dir: Path, cuda: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="pydoc_topic", help="a sequence_classification task")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-4, help="one LR for encoder and head")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: the task's")
-    parser.add_argument("--max-length", type=int, default=None, help="default: the task's")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
-    parser.add_argument("--quick", action="store_true", help=f"tiny model, {QUICK_EXAMPLES} rows")
-    args = parser.parse_args()
+    p = parser(__doc__, f"tiny model, {QUICK_EXAMPLES} rows", threads=2)
+    p.add_argument("--task", default="pydoc_topic", help="a sequence_classification task")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-4, help="one LR for encoder and head")
+    p.add_argument("--batch-size", type=int, default=None, help="default: the task's")
+    p.add_argument("--max-length", type=int, default=None, help="default: the task's")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
 
     import torch
-    from transformers.utils import logging as hf_logging
 
     from mtl.config import validate
 
-    hf_logging.set_verbosity_error()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
-    workdir = Path(tempfile.mkdtemp(prefix="bench_vs_trainer_"))
-    try:
+    with scratch("bench_vs_trainer_") as workdir:
         cfg = compose(overrides(args, workdir / "mtl", cuda))
         settings = validate(cfg)
         if settings.tasks[args.task].type != "sequence_classification":
-            parser.error(
+            p.error(
                 f"--task {args.task} is {settings.tasks[args.task].type}; give a "
                 "sequence_classification task (the Trainer side is a classifier)"
             )
         mtl = run_mtl(cfg, args.task)
         trainer = run_trainer(cfg, args.task, workdir / "trainer", cuda)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
     task = settings.tasks[args.task]
     ratio = mtl["examples_per_s"] / trainer["examples_per_s"]
@@ -263,15 +251,16 @@ def main() -> None:
         f"batch {task.batch_size}, max_length {task.max_length}, lr {args.lr}, seed {args.seed}, "
         f"{device}; Trainer optim {trainer['optim']}"
     )
-    print(f"{'tool':10}{'examples':>10}{'train s':>10}{'ex/s':>10}{'dev acc':>10}{'run s':>10}")
-    for name, r in (("mtl", mtl), ("Trainer", trainer)):
-        print(
-            f"{name:10}{r['examples']:10d}{r['seconds']:10.1f}{r['examples_per_s']:10.2f}"
-            f"{r['dev_accuracy']:10.4f}{r['run_seconds']:10.1f}"
-        )
+    table(
+        ["tool", "examples", "train s", "ex/s", "dev acc", "run s"],
+        [[name, r["examples"], r["seconds"], r["examples_per_s"], r["dev_accuracy"],
+          r["run_seconds"]] for name, r in (("mtl", mtl), ("Trainer", trainer))],
+        [0, 0, 1, 2, 4, 1],
+    )  # fmt: skip
     print(f"mtl / Trainer examples/s: {ratio:.2f}x")
     figures = {
         "bench": "vs_trainer",
+        "peer": "transformers Trainer",
         "task": args.task,
         "model": "tiny" if args.quick else "minilm",
         "device": device,
@@ -285,10 +274,7 @@ def main() -> None:
         "trainer": {k: round(v, 4) for k, v in trainer.items()},
         "ratio_mtl_vs_trainer": round(ratio, 3),
     }
-    line = json.dumps(figures)
-    if args.json:
-        Path(args.json).write_text(line + "\n")
-    print(line)
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

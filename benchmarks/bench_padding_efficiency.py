@@ -16,17 +16,16 @@ sum of slots, pooled over `--epochs` epochs (each row reshuffles per epoch with 
 Only batch index lists and lengths are used (no tensors). Prints one table and one JSON line;
 `--plot PATH` draws efficiency against sort_bs_num for both datasets, the other rows as lines.
 
-    python scripts/padding_efficiency.py [--epochs 5] [--synthetic-n 20000] [--plot PATH] [--quick]
+    python benchmarks/bench_padding_efficiency.py [--epochs 5] [--synthetic-n 20000]
+        [--plot PATH] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 from collections.abc import Callable
 
 import numpy as np
+from harness import cut, emit, hf_length_grouped, lognormal_lengths, parser, ratios, table
 
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
 
@@ -79,17 +78,12 @@ def peer_rows(batch_size: int, seed: int) -> tuple[dict[str, Batches], list[str]
     except ImportError:
         skipped.append("torch_dataloader: torch not installed")
     try:
-        import torch
-        from transformers.trainer_pt_utils import get_length_grouped_indices
+        import transformers  # noqa: F401  (the peer's library; its rows are skipped without it)
 
         def hf(mega_batch_mult: int | None) -> Batches:
             def batches(lengths: np.ndarray, epoch: int) -> list:
-                g = torch.Generator().manual_seed(seed + epoch)
-                order = get_length_grouped_indices(
-                    lengths.tolist(), batch_size, mega_batch_mult=mega_batch_mult, generator=g
-                )
-                order = np.asarray(order)
-                return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+                order = hf_length_grouped(lengths, batch_size, seed, mega_batch_mult)
+                return cut(order(epoch), batch_size)
 
             return batches
 
@@ -101,8 +95,6 @@ def peer_rows(batch_size: int, seed: int) -> tuple[dict[str, Batches], list[str]
 
 
 def pydoc_lengths() -> np.ndarray:
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mtl.data import build_task, load_tokenizer
 
     task = build_task(
@@ -148,43 +140,42 @@ def plot(figures: dict[str, dict[str, float]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def sampler_rows(lengths: np.ndarray, bs: int, seed: int, max_tokens: int) -> dict[str, Batches]:
+    """mtl's samplers on `lengths`: random, block_shuffle at each sort_bs_num, token_budget."""
+
+    def batches(sampler) -> Batches:
+        return lambda _lengths, epoch: sampler.epoch_batches(epoch)
+
+    rows = {"random": batches(RandomBatchSampler(lengths, bs, seed=seed))}
+    for k in SORT_BS_NUMS:
+        rows[f"block_shuffle(sort_bs_num={k})"] = batches(
+            BlockShuffleBatchSampler(lengths, bs, seed=seed, sort_bs_num=k)
+        )
+    budget = TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, seed=seed)
+    rows["token_budget"] = batches(budget)
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5, help="epochs pooled (default 5)")
-    parser.add_argument("--synthetic-n", type=int, default=20_000, help="synthetic sample size")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--plot", default=None, help="write a PNG (e.g. docs/padding_efficiency.png)"
-    )
-    parser.add_argument("--quick", action="store_true", help="2 epochs, 2000 synthetic lengths")
-    args = parser.parse_args()
+    p = parser(__doc__, "2 epochs, 2000 synthetic lengths")
+    p.add_argument("--epochs", type=int, default=5, help="epochs pooled (default 5)")
+    p.add_argument("--synthetic-n", type=int, default=20_000, help="synthetic sample size")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", default=None, help="write a PNG (e.g. docs/padding_efficiency.png)")
+    args = p.parse_args()
     if args.quick:
         args.epochs, args.synthetic_n = 2, 2_000
     bs, seed = args.batch_size, args.seed
 
-    rng = np.random.default_rng(seed)
-    synthetic = np.clip(rng.lognormal(np.log(40), 0.8, args.synthetic_n), 4, 512).astype(int)
+    synthetic = lognormal_lengths(args.synthetic_n, np.log(40), 0.8, 4, 512, seed)
     datasets = {"pydoc": pydoc_lengths(), "synthetic": synthetic}
     budgets = {name: budget_for_mean_batch(x, bs, seed) for name, x in datasets.items()}
-
-    def sampler_rows(lengths: np.ndarray, data_name: str) -> dict[str, Batches]:
-        def batches(sampler) -> Batches:
-            return lambda _lengths, epoch: sampler.epoch_batches(epoch)
-
-        rows = {"random": batches(RandomBatchSampler(lengths, bs, seed=seed))}
-        for k in SORT_BS_NUMS:
-            rows[f"block_shuffle(sort_bs_num={k})"] = batches(
-                BlockShuffleBatchSampler(lengths, bs, seed=seed, sort_bs_num=k)
-            )
-        budget = TokenBudgetBatchSampler(lengths, max_tokens=budgets[data_name], seed=seed)
-        rows["token_budget"] = batches(budget)
-        return rows
 
     peers, skipped = peer_rows(bs, seed)
     figures: dict[str, dict[str, float]] = {}
     for data_name, lengths in datasets.items():
-        rows = sampler_rows(lengths, data_name) | peers
+        rows = sampler_rows(lengths, bs, seed, budgets[data_name]) | peers
         figures[data_name] = {
             name: round(efficiency(make, lengths, args.epochs), 4) for name, make in rows.items()
         }
@@ -200,30 +191,29 @@ def main() -> None:
             f"  {name}: {stats[name]}; token_budget max_tokens={budgets[name]}; "
             f"hf mega-batch {hf_mega_batch(len(x), bs)} batches"
         )
-    header = f"{'sampler':34s}" + "".join(f"{name:>12s}" for name in datasets)
-    print(header + "".join(f"{'vs random ' + d[:5]:>18s}" for d in datasets))
-    for name in names:
-        row = "".join(f"{figures[d][name]:12.3f}" for d in datasets)
-        ratios = "".join(f"{figures[d][name] / figures[d]['random']:17.2f}x" for d in datasets)
-        print(f"{name:34s}{row}{ratios}")
+    vs_random = {d: ratios(figures[d], "random", 2) for d in datasets}
+    table(
+        ["sampler", *datasets, *(f"vs random {d[:5]}" for d in datasets)],
+        [[name, *(figures[d][name] for d in datasets),
+          *(f"{vs_random[d][name]:.2f}x" for d in datasets)] for name in names],
+        3,
+    )  # fmt: skip
     for line in skipped:
         print("skipped:", line)
     if args.plot:
         plot(figures, args.plot)
         print(f"plot: {args.plot}")
-    print(
-        json.dumps(
-            {
-                "bench": "padding_efficiency",
-                "batch_size": bs,
-                "epochs": args.epochs,
-                "token_budget_max_tokens": budgets,
-                "hf_mega_batch": {n: hf_mega_batch(len(x), bs) for n, x in datasets.items()},
-                "skipped": skipped,
-                **figures,
-            }
-        )
-    )
+    result = {
+        "bench": "padding_efficiency",
+        "peer": "shuffled torch DataLoader; transformers get_length_grouped_indices",
+        "batch_size": bs,
+        "epochs": args.epochs,
+        "token_budget_max_tokens": budgets,
+        "hf_mega_batch": {n: hf_mega_batch(len(x), bs) for n, x in datasets.items()},
+        "skipped": skipped,
+        **figures,
+    }
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ fresh processes: one with `mtl.host_memory.keep_freed_memory()` (what `train.py`
 steps (the encoder check, the heap growing to its peak) are left out of the medians. Prints one
 table and one JSON line.
 
-    python scripts/bench_host_memory.py [--steps 8] [--warmup 3] [--overrides ...] [--quick]
+    python benchmarks/bench_host_memory.py [--steps 8] [--warmup 3] [--overrides ...] [--quick]
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ import json
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
-from bench_packing import batches
+from harness import QUICK_MIXUP, emit, first_steps, parser, run_child, table
 
 from mtl.host_memory import keep_freed_memory
 from mtl.registry import build_model
@@ -31,7 +29,7 @@ from mtl.registry import build_model
 
 def steps_in_this_process(overrides: list[str], steps: int, keep: bool) -> dict:
     kept = keep_freed_memory() if keep else False
-    settings, tasks, data = batches(overrides, steps)
+    settings, tasks, data = first_steps(overrides, steps)
     torch.manual_seed(0)
     model = build_model(settings, tasks)
     model.train()
@@ -52,37 +50,32 @@ def steps_in_this_process(overrides: list[str], steps: int, keep: bool) -> dict:
     return {"kept": kept, "steps": rows, "peak_rss_mib": peak_mib}
 
 
-def in_fresh_process(args, keep: bool) -> dict:
-    command = [sys.executable, __file__, "--child", "keep" if keep else "default",
+def in_fresh_process(args: argparse.Namespace, keep: bool) -> dict:
+    command = [__file__, "--child", "keep" if keep else "default",
                "--steps", str(args.steps), "--overrides", *args.overrides]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(done.stderr[-2000:])
-    return json.loads(done.stdout.splitlines()[-1])
+    return run_child(command, env)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--overrides", nargs="*", default=["experiment=bundled", "loader=mixup"])
-    parser.add_argument("--quick", action="store_true", help="tiny model, 4 steps, small tasks")
-    parser.add_argument("--child", choices=["keep", "default"], help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser(__doc__, "tiny model, 4 steps, small tasks")
+    args.add_argument("--steps", type=int, default=8)
+    args.add_argument("--warmup", type=int, default=3)
+    args.add_argument("--overrides", nargs="*", default=["experiment=bundled", "loader=mixup"])
+    args.add_argument("--child", choices=["keep", "default"], help=argparse.SUPPRESS)
+    args = args.parse_args()
     if args.quick:
-        args.steps, args.warmup = 4, 2
-        tasks = "synthetic_cls,synthetic_tag,synthetic_pair,synthetic_choice,synthetic_qa"
-        args.overrides = ["loader=mixup", "model=tiny", "data.max_examples=64", f"task=[{tasks}]"]
+        args.steps, args.warmup, args.overrides = 4, 2, QUICK_MIXUP
     if args.child:
         print(json.dumps(steps_in_this_process(args.overrides, args.steps, args.child == "keep")))
         return
     runs = {"keep": in_fresh_process(args, True), "default": in_fresh_process(args, False)}
-    print(f"{'step':>4} {'kept s':>7} {'sys':>6} {'faults':>8}  {'default s':>9} {'sys':>6} "
-          f"{'faults':>8}")  # fmt: skip
-    for i, (k, d) in enumerate(zip(runs["keep"]["steps"], runs["default"]["steps"], strict=True)):
-        print(f"{i:>4} {k['wall_s']:>7.2f} {k['sys_s']:>6.2f} {k['faults']:>8} "
-              f"{d['wall_s']:>9.2f} {d['sys_s']:>6.2f} {d['faults']:>8}")  # fmt: skip
+    pairs = zip(runs["keep"]["steps"], runs["default"]["steps"], strict=True)
+    table(
+        ["step", "kept s", "sys", "faults", "default s", "sys", "faults"],
+        [[i, k["wall_s"], k["sys_s"], k["faults"], d["wall_s"], d["sys_s"], d["faults"]]
+         for i, (k, d) in enumerate(pairs)],
+    )  # fmt: skip
 
     def median(name: str, key: str) -> float:
         return statistics.median(s[key] for s in runs[name]["steps"][args.warmup :])
@@ -102,7 +95,7 @@ def main() -> None:
         "keep_peak_rss_mib": runs["keep"]["peak_rss_mib"],
         "default_peak_rss_mib": runs["default"]["peak_rss_mib"],
     }
-    print(json.dumps(figures))
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -21,21 +21,18 @@ Timing: one torch thread (intra-op thread wake-ups on a small shared machine mad
 10x noisier); every row runs once per round, rows interleaved, `--rounds` rounds after one warm-up
 round; the best round counts. Prints one table and one JSON line (ratios to by-hand: goal <= 1.05).
 
-    python scripts/bench_loader_overhead.py [--quick] [--rounds 5]
+    python benchmarks/bench_loader_overhead.py [--quick] [--rounds 5]
 """
 
 from __future__ import annotations
 
-import argparse
-import itertools
-import json
-import time
 import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from harness import best_of, emit, parser, passes, table
 from torch.utils.data import DataLoader, Dataset
 
 from mtl.loaders import MixupLoader, RandomLoader, RoundRobinLoader, SequentialLoader
@@ -83,13 +80,6 @@ def make_loaders(scale: float) -> dict[str, DataLoader]:
         sampler = RandomBatchSampler(np.full(len(ds), width), BATCH_SIZE, seed=seed)
         loaders[name] = DataLoader(ds, batch_sampler=sampler, collate_fn=ds.collate)
     return loaders
-
-
-def passes(loader: DataLoader) -> Iterator:
-    """A task's batches pass after pass, each pass reshuffled with `set_epoch(pass)`."""
-    for pass_index in itertools.count():
-        loader.batch_sampler.set_epoch(pass_index)
-        yield from loader
 
 
 def by_hand(loaders: dict[str, DataLoader], schedule: np.ndarray) -> Iterator:
@@ -185,22 +175,51 @@ def hf_interleave_row(loaders: dict[str, DataLoader]) -> Callable[[], Iterator] 
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tasks 50x smaller, 1 round")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    rounds = 1 if args.quick else args.rounds
-    warnings.filterwarnings("ignore")  # Lightning's pytree deprecation notice
-    torch.set_num_threads(1)  # as in a DataLoader worker; 2 threads on a busy 2-core box jitter 10x
-    loaders = make_loaders(0.02 if args.quick else 1.0)
-
-    ours = {
+def mtl_loaders(loaders: dict[str, DataLoader]) -> dict:
+    return {
         "sequential": SequentialLoader(loaders, shuffle_tasks=False),
         "round_robin": RoundRobinLoader(loaders),
         "random": RandomLoader(loaders),
         "mixup": MixupLoader(loaders),
     }
+
+
+def add_peers(loaders: dict, rows: dict, per_step: dict, pairs: dict) -> list[str]:
+    """Add the peers' rows (task batches per step, the by-hand row each is compared with);
+    returns one line per peer that is not installed."""
+    skipped = []
+    lightning = lightning_rows(loaders)
+    if isinstance(lightning, str):
+        skipped.append(lightning)
+        print(lightning)
+    else:
+        rows |= lightning
+        per_step |= {"lightning_sequential": 1, "lightning_max_size_cycle": len(loaders)}
+        pairs |= {
+            "lightning_sequential": "by_hand_sequential",
+            "lightning_max_size_cycle": "by_hand_zip",
+        }
+    hf = hf_interleave_row(loaders)  # its own length (all_exhausted oversamples small tasks)
+    if isinstance(hf, str):
+        skipped.append(hf)
+        print(hf)
+    else:
+        rows["hf_interleave"] = hf
+        per_step["hf_interleave"] = 1
+        pairs["hf_interleave"] = "by_hand_random"
+    return skipped
+
+
+def main() -> None:
+    args = parser(__doc__, "tasks 50x smaller, 1 round")
+    args.add_argument("--rounds", type=int, default=5)
+    args = args.parse_args()
+    rounds = 1 if args.quick else args.rounds
+    warnings.filterwarnings("ignore")  # Lightning's pytree deprecation notice
+    torch.set_num_threads(1)  # as in a DataLoader worker; 2 threads on a busy 2-core box jitter 10x
+    loaders = make_loaders(0.02 if args.quick else 1.0)
+
+    ours = mtl_loaders(loaders)
     steps = {name: len(loader) for name, loader in ours.items()}
     per_step = {name: 1 for name in ours} | {"mixup": len(loaders)}
     rows: dict[str, Callable[[], Iterator]] = {}
@@ -215,68 +234,39 @@ def main() -> None:
         pairs[name] = f"by_hand_{name}"
     rows["by_hand_zip"] = lambda: by_hand_zip(loaders, steps["mixup"])
     check_same_batches(ours, rows)
-    steps |= {f"by_hand_{n}": steps[n] for n in ours} | {"by_hand_zip": steps["mixup"]}
     per_step |= {f"by_hand_{n}": per_step[n] for n in ours} | {"by_hand_zip": len(loaders)}
 
-    skipped = []
-    lightning = lightning_rows(loaders)
-    if isinstance(lightning, str):
-        skipped.append(lightning)
-        print(lightning)
-    else:
-        rows |= lightning
-        steps |= {
-            "lightning_sequential": steps["sequential"],
-            "lightning_max_size_cycle": steps["mixup"],
-        }
-        per_step |= {"lightning_sequential": 1, "lightning_max_size_cycle": len(loaders)}
-        pairs |= {
-            "lightning_sequential": "by_hand_sequential",
-            "lightning_max_size_cycle": "by_hand_zip",
-        }
-    hf = hf_interleave_row(loaders)
-    if isinstance(hf, str):
-        skipped.append(hf)
-        print(hf)
-    else:
-        rows["hf_interleave"] = hf
-        steps["hf_interleave"] = None  # its own length (all_exhausted oversamples small tasks)
-        per_step["hf_interleave"] = 1
-        pairs["hf_interleave"] = "by_hand_random"
+    skipped = add_peers(loaders, rows, per_step, pairs)
 
-    best: dict[str, float] = {}
     drawn: dict[str, int] = {}
-    for round_index in range(rounds + 1):  # round 0 warms up (imports, first calls): not kept
-        for name, make in rows.items():
-            count = 0
-            t0 = time.perf_counter()
-            for _batch in make():
-                count += 1
-            seconds = time.perf_counter() - t0
-            drawn[name] = count * per_step[name]
-            if round_index:
-                best[name] = min(best.get(name, float("inf")), seconds / drawn[name])
 
+    def draw(name: str) -> Callable[[], int]:
+        def run() -> int:
+            drawn[name] = sum(1 for _batch in rows[name]()) * per_step[name]
+            return drawn[name]
+
+        return run
+
+    best = best_of({name: draw(name) for name in rows}, rounds)
     us = {name: best[name] * 1e6 for name in rows}
     ratio = {name: round(us[name] / us[ref], 3) for name, ref in pairs.items()}
-    print(f"{'row':26}{'task batches':>14}{'us/batch':>10}{'vs by-hand':>12}  compared with")
-    for name in rows:
-        r = f"{ratio[name]:.3f}" if name in ratio else ""
-        print(f"{name:26}{drawn[name]:14d}{us[name]:10.1f}{r:>12}  {pairs.get(name, '')}")
+    table(
+        ["row", "task batches", "us/batch", "vs by-hand", "compared with"],
+        [[n, drawn[n], us[n], ratio.get(n, ""), pairs.get(n, "")] for n in rows],
+        [0, 0, 1, 3, 0],
+    )
     for line in skipped:
         print("skipped:", line)
-    print(
-        json.dumps(
-            {
-                "bench": "loader_overhead",
-                "us_per_task_batch": {k: round(v, 2) for k, v in us.items()},
-                "ratio_vs_by_hand": ratio,
-                "task_batches": drawn,
-                "rounds": rounds,
-                "skipped": skipped,
-            }
-        )
-    )
+    figures = {
+        "bench": "loader_overhead",
+        "peer": "the same DataLoaders by hand; Lightning CombinedLoader; HF interleave_datasets",
+        "us_per_task_batch": {k: round(v, 2) for k, v in us.items()},
+        "ratio_vs_by_hand": ratio,
+        "task_batches": drawn,
+        "rounds": rounds,
+        "skipped": skipped,
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

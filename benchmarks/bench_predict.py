@@ -8,20 +8,15 @@ model, readable predictions) on the same rows, batch 32, on the GPU when there i
 first runs one warm-up batch, then the best of `--rounds`. Prints one table and one JSON line.
 `--quick`: 64 paragraphs, one round (a smoke run for tests).
 
-    python scripts/bench_predict.py [--quick] [--rows 2000] [--rounds 2] [--batch-size 32]
+    python benchmarks/bench_predict.py [--quick] [--rows 2000] [--rounds 2] [--batch-size 32]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 
 import torch
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from harness import emit, parser, quiet_transformers, table
 
 
 def build(device):
@@ -47,18 +42,14 @@ def build(device):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="64 rows, 1 round")
-    parser.add_argument("--rows", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
-    from transformers.utils import logging as hf_logging
-
+    args = parser(__doc__, "64 rows, 1 round")
+    args.add_argument("--rows", type=int, default=2000)
+    args.add_argument("--rounds", type=int, default=2)
+    args.add_argument("--batch-size", type=int, default=32)
+    args = args.parse_args()
     from mtl.predict import predict_task
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     n, rounds = (64, 1) if args.quick else (args.rows, args.rounds)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded, texts = build(device)
@@ -83,23 +74,19 @@ def main() -> None:
     ]
     ratio = speed["length_sorted"] / speed["input_order"]
     print(f"{n} pydoc paragraphs, batch {args.batch_size}, {device.type}, best of {rounds}")
-    print(f"{'batching':16}{'examples/s':>12}")
-    for name, value in speed.items():
-        print(f"{name:16}{value:12.1f}")
+    table(["batching", "examples/s"], [[name, value] for name, value in speed.items()], 1)
     print(f"speed-up {ratio:.2f}x; same predictions: {same}")
-    print(
-        json.dumps(
-            {
-                "bench": "predict",
-                "rows": n,
-                "batch_size": args.batch_size,
-                "device": device.type,
-                "examples_per_s": {k: round(v, 1) for k, v in speed.items()},
-                "speedup": round(ratio, 3),
-                "same_predictions": same,
-            }
-        )
-    )
+    figures = {
+        "bench": "predict",
+        "peer": "batches in input order",
+        "rows": n,
+        "batch_size": args.batch_size,
+        "device": device.type,
+        "examples_per_s": {k: round(v, 1) for k, v in speed.items()},
+        "speedup": round(ratio, 3),
+        "same_predictions": same,
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""Every benchmark script runs on tiny inputs (`--quick`) and ends with its JSON line."""
+"""Every benchmark runs on tiny inputs (`--quick`), names its peer and ends with its JSON line;
+each uses the one harness and none imports another."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -7,20 +9,21 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCHMARKS = {
     "bench_sampler_scale.py": "sampler_scale",
     "bench_randomness.py": "randomness",
     "bench_loader_overhead.py": "loader_overhead",
     "bench_mixup_memory.py": "mixup_memory",
     "bench_collate.py": "collate",
-    "padding_efficiency.py": "padding_efficiency",
+    "bench_padding_efficiency.py": "padding_efficiency",
     "bench_train_speed.py": "train_speed",
     "bench_task_types.py": "task_types",
     "bench_vs_trainer.py": "vs_trainer",
     "bench_loop_overhead.py": "loop_overhead",
     "bench_packing.py": "packing",
     "bench_host_memory.py": "host_memory",
+    "bench_predict.py": "predict",
 }
 
 
@@ -31,7 +34,7 @@ def run_quick(script: str, *args: str) -> dict:
 def quick_output(script: str, *args: str) -> list[str]:
     """The lines `script --quick` prints: a table, then its JSON line."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / script), "--quick", *args],
+        [sys.executable, str(BENCH_DIR / script), "--quick", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -46,13 +49,53 @@ def quick_output(script: str, *args: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("script", "name"), BENCHMARKS.items())
 def test_script_runs_quick_and_prints_its_json_line(script, name):
-    assert run_quick(script)["bench"] == name
+    figures = run_quick(script)
+    assert figures["bench"] == name
+    assert figures["peer"]  # the figures name what they are compared with
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_benchmark_uses_the_harness_and_imports_no_other_benchmark():
+    files = sorted(BENCH_DIR.glob("*.py"))
+    assert {p.name for p in files} == {*BENCHMARKS, "harness.py", "study.py"}
+    others = {p.stem for p in files} - {"harness"}
+    for path in files:
+        if path.name == "harness.py":
+            continue
+        imported = imported_modules(path)
+        assert "harness" in imported, path.name
+        assert not imported & others, (path.name, imported & others)
+        assert "emit(" in path.read_text(), path.name  # its JSON line goes through the harness
+
+
+def test_harness_table_aligns_columns_and_ratios_compare_with_the_peer(capsys):
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        import harness
+    finally:
+        sys.path.remove(str(BENCH_DIR))
+    harness.table(["row", "us", "note"], [["peer", 2.0, None], ["ours_long", 12.345, "x"]], 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["row          us  note", "peer        2.0     -", "ours_long  12.3     x"]
+    assert harness.ratios({"peer": 2.0, "ours": 1.0}, "peer") == {"peer": 1.0, "ours": 0.5}
+    calls = []
+    best = harness.best_of({"a": lambda: calls.append("a") or 4}, rounds=2)
+    assert calls == ["a"] * 3 and 0 < best["a"] < 1  # one warm-up round, then 2 timed
 
 
 @pytest.mark.slow
 def test_padding_efficiency_has_the_peers_and_writes_its_plot(tmp_path):
     png = tmp_path / "padding.png"
-    figures = run_quick("padding_efficiency.py", "--plot", str(png))
+    figures = run_quick("bench_padding_efficiency.py", "--plot", str(png))
     for data in ("pydoc", "synthetic"):
         rows = figures[data]
         for row in ("random", "token_budget", "torch_dataloader", "hf_length_grouped"):
@@ -118,14 +161,14 @@ def test_loop_overhead_runs_both_loops_on_the_same_batches_and_writes_its_json(t
 
 @pytest.mark.slow
 def test_study_runs_its_sweeps_and_reports_them(tmp_path):
-    """scripts/study.py end to end (tiny model, 2 loaders x 2 samplers x 2 seeds, 3 single-task
+    """benchmarks/study.py end to end (tiny model, 2 loaders x 2 samplers x 2 seeds, 3 single-task
     baselines x 2 seeds); its table is checked against the sweeps' own summary.csv."""
     import csv
     import statistics
 
     out, work = tmp_path / "docs", tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "study.py"), "--quick", "--no-bench"]
+        [sys.executable, str(BENCH_DIR / "study.py"), "--quick", "--no-bench"]
         + ["--loaders", "random,mixup", "--work", str(work), "--out", str(out)],
         capture_output=True,
         text=True,

@@ -9,19 +9,16 @@ collated batches (for multiple choice, the choices are the rows). Collate time: 
 microseconds per batch of `dataset.__getitems__` + the collator, over the epoch's batches,
 with random batches. Prints one table and one JSON line.
 
-    python scripts/bench_task_types.py [--quick]
+    python benchmarks/bench_task_types.py [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
-from importlib.resources import files
 
 import numpy as np
 import yaml
+from harness import CONF, emit, parser, table
 
 from mtl.config import TaskConfig
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset
@@ -31,7 +28,7 @@ TASKS = ("pydoc_pair", "pydoc_choice", "pydoc_qa")
 
 
 def task_config(name: str) -> TaskConfig:
-    node = yaml.safe_load((files("mtl.conf") / "task" / f"{name}.yaml").read_text())
+    node = yaml.safe_load((CONF / "task" / f"{name}.yaml").read_text())
     return TaskConfig(**node)
 
 
@@ -50,14 +47,11 @@ def measure(task, batch_size: int, sampler) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200 examples per task")
-    args = parser.parse_args()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = parser(__doc__, "200 examples per task").parse_args()
     tokenizer = load_tokenizer()
-    figures: dict = {"bench": "task_types", "padding_efficiency": {}, "collate_us": {}}
-    header = f"{'task':<14} {'type':<24} {'batch':>5} {'random':>8} {'block_shuffle':>14}"
-    print(f"{header} {'collate us':>11}")
+    figures: dict = {"bench": "task_types", "peer": "random batches (RandomBatchSampler)"}
+    figures |= {"padding_efficiency": {}, "collate_us": {}}
+    rows = []
     for name in TASKS:
         config = task_config(name)
         task = build_task_from_config(
@@ -74,11 +68,13 @@ def main() -> None:
             "block_shuffle": round(eff_block, 3),
         }
         figures["collate_us"][name] = round(collate_us, 1)
-        print(
-            f"{name:<14} {config.type:<24} {size:>5} {eff_random:>8.3f} {eff_block:>14.3f} "
-            f"{collate_us:>11.1f}"
-        )
-    print(json.dumps(figures))
+        rows.append([name, config.type, size, eff_random, eff_block, collate_us])
+    table(
+        ["task", "type", "batch", "random", "block_shuffle", "collate us"],
+        rows,
+        [0, 0, 0, 3, 3, 1],
+    )
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 buys.
 
 Everything comes from commands a user can type: Hydra multirun sweeps of the real `train.py`
-(run here as subprocesses), each leaving `summary.csv` (mtl.sweep.SweepSummary), plus the two
-benchmark scripts. This script runs them, reads the summaries and writes `study.md` and its plots.
+(run here as subprocesses), each leaving `summary.csv` (mtl.sweep.SweepSummary), plus two
+benchmarks (run as commands too). This script runs them, reads the summaries and writes
+`study.md` and its plots.
 
-    python scripts/study.py [--out docs] [--work outputs/study] [--seeds 3] [--epochs 1]
+    python benchmarks/study.py [--out docs] [--work outputs/study] [--seeds 3] [--epochs 1]
         [--max-examples 600] [--loaders random,...] [--samplers random,...] [--skip-runs]
         [--no-bench] [--quick]
 
@@ -14,8 +15,8 @@ Sweeps, on the default tasks (pydoc_topic, pydoc_code, pydoc_code_share) and mod
   (b) single: one model per task (task=<one>), the same steps per task as in (a): each loader
       here draws every batch of every task once per epoch, so a task gets as many batches alone
       as it gets mixed;
-  (c) scripts/bench_vs_trainer.py: mtl vs the Hugging Face Trainer on one task;
-  (d) scripts/bench_loop_overhead.py: mtl's loop vs a bare loop over identical batches.
+  (c) benchmarks/bench_vs_trainer.py: mtl vs the Hugging Face Trainer on one task;
+  (d) benchmarks/bench_loop_overhead.py: mtl's loop vs a bare loop over identical batches.
 Every run: `logger=none trainer.epochs=E data.max_examples=N` (N caps each task's train split;
 the dev splits, 275 examples each, are below the cap), no export. `--skip-runs` rebuilds the
 report from the sweeps already in `--work`. `--quick`: model=tiny, 2 seeds, few examples (tests).
@@ -23,7 +24,6 @@ report from the sweeps already in `--work`. `--quick`: model=tiny, 2 seeds, few 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, emit, parser
+
 LOADERS = ("random", "round_robin", "mixup", "sequential")
 SAMPLERS = ("random", "block_shuffle")
 TASKS = ("pydoc_topic", "pydoc_code", "pydoc_code_share")
@@ -185,25 +186,9 @@ def plot(groups, single, columns, path: Path) -> None:
     plt.close(fig)
 
 
-def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
-    columns = metric_columns(mixing)
-    groups = by_config(mixing)
-    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
-    single: dict[str, list[dict]] = {}
-    for row in single_rows:
-        task = row["overrides"].get("task", "").strip("[]")
-        single.setdefault(task, []).append(row)
-    lines = ["# The study: mixing, batching and multi-task on the bundled tasks", ""]
-    lines += [
-        f"Default tasks ({', '.join(TASKS)}), model `{'tiny' if args.quick else 'minilm'}`, "
-        f"{args.epochs} epoch(s) over at most {args.max_examples} training examples per task, "
-        f"seeds 0-{args.seeds - 1}; the dev splits are whole. Machine: {os.cpu_count()} CPU cores; "
-        f"the whole study took {budget_s / 60:.0f} min. Remade by `python scripts/study.py` "
-        "(the commands it ran are listed at the end).",
-        "",
-        "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
-        "",
-    ]
+def mixing_table(groups: dict, columns: dict, loaders: list, samplers: list) -> list[str]:
+    """(a): each loader and sampler's dev metrics, steps, time and speed."""
+    lines: list[str] = []
     head = ["loader", "sampler", *columns.values(), "eval/mean", "steps", "wall s", "examples/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for loader in loaders:
@@ -225,6 +210,12 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
         "![dev metrics](study_metrics.png)",
         "",
     ]
+    return lines
+
+
+def sampler_section(groups: dict, columns: dict, loaders: list) -> list[str]:
+    """What block shuffle costs, and which loader wins per task."""
+    lines: list[str] = []
     lines += ["### Does block shuffle cost accuracy?", ""]
     lines += ["block_shuffle minus random, paired by loader and seed (mean ± standard error):", ""]
     for task, column in {**columns, "mean": "monitor"}.items():
@@ -256,6 +247,12 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
             f"(gap {gap:.4f}, standard error {se:.4f}: {sure}); last {ranked[-1]} "
             f"{stats[ranked[-1]][0]:.4f}"
         )
+    return lines
+
+
+def single_section(groups: dict, columns: dict, single: dict, single_rows: list) -> list[str]:
+    """(b): multi-task vs one model per task."""
+    lines: list[str] = []
     lines += ["", "## (b) Multi-task vs one model per task", ""]
     lines += [
         "Same steps per task; multi-task = the default config (random loader, block_shuffle).",
@@ -280,11 +277,36 @@ def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budge
             f"Wall time: {wall_multi:.0f} s for the multi-task runs of the default "
             f"config vs {wall_single:.0f} s for the single-task runs of the same seeds.",
         ]
+    return lines
+
+
+def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
+    columns = metric_columns(mixing)
+    groups = by_config(mixing)
+    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
+    single: dict[str, list[dict]] = {}
+    for row in single_rows:
+        task = row["overrides"].get("task", "").strip("[]")
+        single.setdefault(task, []).append(row)
+    lines = ["# The study: mixing, batching and multi-task on the bundled tasks", ""]
+    lines += [
+        f"Default tasks ({', '.join(TASKS)}), model `{'tiny' if args.quick else 'minilm'}`, "
+        f"{args.epochs} epoch(s) over at most {args.max_examples} training examples per task, "
+        f"seeds 0-{args.seeds - 1}; the dev splits are whole. Machine: {os.cpu_count()} CPU cores; "
+        f"the whole study took {budget_s / 60:.0f} min. Remade by `python benchmarks/study.py` "
+        "(the commands it ran are listed at the end).",
+        "",
+        "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
+        "",
+    ]
+    lines += mixing_table(groups, columns, loaders, samplers)
+    lines += sampler_section(groups, columns, loaders)
+    lines += single_section(groups, columns, single, single_rows)
     lines += ["", "## (c) mtl vs the Hugging Face Trainer, (d) loop overhead", ""]
     for name in ("vs_trainer", "loop_overhead"):
         if name in bench:
             lines += [
-                f"`scripts/bench_{name}.py`:",
+                f"`benchmarks/bench_{name}.py`:",
                 "",
                 "```",
                 bench[name]["table"].rstrip(),
@@ -309,7 +331,7 @@ def shown(path: Path) -> str:
 
 def run_bench(script: str, work: Path, quick: bool) -> dict:
     out = work / f"{script}.json"
-    command = [sys.executable, str(ROOT / "scripts" / script), "--json", str(out)]
+    command = [sys.executable, str(ROOT / "benchmarks" / script), "--json", str(out)]
     command += ["--quick"] if quick else []
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -319,22 +341,8 @@ def run_bench(script: str, work: Path, quick: bool) -> dict:
     return {"table": table, "figures": json.loads(out.read_text())}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "docs")
-    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "study")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--max-examples", type=int, default=600)
-    p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated")
-    p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated")
-    p.add_argument("--skip-runs", action="store_true")
-    p.add_argument("--no-bench", action="store_true", help="leave out (c) and (d)")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
-    if args.quick:
-        args.seeds, args.max_examples = min(args.seeds, 2), min(args.max_examples, 48)
-    args.loaders, args.samplers = args.loaders.split(","), args.samplers.split(",")
+def sweep_plans(args) -> dict[str, list[str]]:
+    """The two sweeps' overrides: (a) mixing and (b) single."""
     seeds = ",".join(str(s) for s in range(args.seeds))
     common = [
         "logger=none",
@@ -346,7 +354,7 @@ def main() -> None:
     ]
     if args.quick:
         common.append("model=tiny")
-    plans = {
+    return {
         "mixing": [
             f"loader={','.join(args.loaders)}",
             f"sampler={','.join(args.samplers)}",
@@ -354,6 +362,24 @@ def main() -> None:
         ],
         "single": [f"task={','.join(TASKS)}", *common],
     }
+
+
+def main() -> None:
+    p = parser(__doc__, "model=tiny, 2 seeds, few examples (tests)")
+    p.add_argument("--out", type=Path, default=ROOT / "docs")
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "study")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-examples", type=int, default=600)
+    p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated")
+    p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated")
+    p.add_argument("--skip-runs", action="store_true")
+    p.add_argument("--no-bench", action="store_true", help="leave out (c) and (d)")
+    args = p.parse_args()
+    if args.quick:
+        args.seeds, args.max_examples = min(args.seeds, 2), min(args.max_examples, 48)
+    args.loaders, args.samplers = args.loaders.split(","), args.samplers.split(",")
+    plans = sweep_plans(args)
     args.commands = [
         f"python train.py -m {' '.join(o)} hydra.sweep.dir={shown(args.work / name)}"
         for name, o in plans.items()
@@ -376,7 +402,7 @@ def main() -> None:
         budget = float((args.work / "budget_s").read_text())
     else:
         (args.work / "budget_s").write_text(str(budget))
-    args.commands += [f"python scripts/bench_{n}.py" for n in bench]
+    args.commands += [f"python benchmarks/bench_{n}.py" for n in bench]
     mixing, left_mixing = read_summary(args.work / "mixing")
     single, left_single = read_summary(args.work / "single")
     args.left_out = left_mixing + left_single
@@ -389,7 +415,7 @@ def main() -> None:
     text = report(mixing, single, bench, args, budget)
     (args.out / "study.md").write_text(text)
     print(text)
-    print(json.dumps({"bench": "study", "runs": len(mixing) + len(single), "minutes": budget / 60}))
+    emit({"bench": "study", "runs": len(mixing) + len(single), "minutes": budget / 60}, args.json)
 
 
 if __name__ == "__main__":

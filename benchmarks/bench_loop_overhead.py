@@ -27,7 +27,7 @@ down over the runs favours neither; the ratio is the median of the pairs' ratios
 One torch thread by default: on a small shared machine intra-op thread wake-ups made the tiny
 model's steps several times slower and much noisier, and the loop's overhead is Python anyway.
 
-    python scripts/bench_loop_overhead.py [--task pydoc_topic] [--steps 300] [--warmup 20]
+    python benchmarks/bench_loop_overhead.py [--task pydoc_topic] [--steps 300] [--warmup 20]
         [--repeats 4] [--threads 1] [--json PATH] [--quick]
 """
 
@@ -36,57 +36,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import itertools
 import json
 import math
 import shutil
 import statistics
-import tempfile
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-from bench_train_speed import compose
-
-
-class StepClock:
-    """Timestamps of a training loop's batch requests, and each batch's size and example ids."""
-
-    def __init__(self) -> None:
-        self.marks: list[float] = []  # when step i asked for its batch
-        self.end = math.nan  # after the last step
-        self.sizes: list[int] = []
-        self.example_ids: list[torch.Tensor] = []
-
-    def wrap(self, batches: Iterable, limit: int | None = None) -> Iterator:
-        """Yield `batches` (at most `limit`), stamping each request; the end is stamped when
-        the loop stops asking (exhausted, `limit` reached, or the generator closed)."""
-        iterator = iter(batches)
-        try:
-            for _ in range(limit) if limit else itertools.count():
-                self.marks.append(time.perf_counter())
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    self.marks.pop()
-                    return
-                self.sizes.append(int(batch["input_ids"].shape[0]))
-                self.example_ids.append(batch["example_ids"])
-                yield batch
-        finally:
-            self.end = time.perf_counter()
-
-    def steady(self, warmup: int) -> dict:
-        seconds = self.end - self.marks[warmup]
-        examples = sum(self.sizes[warmup:])
-        return {
-            "steps": len(self.marks) - warmup,
-            "examples": examples,
-            "seconds": seconds,
-            "examples_per_s": examples / seconds,
-            "ms_per_step": 1000 * seconds / (len(self.marks) - warmup),
-        }
+from harness import (
+    LoopClock,
+    compose,
+    emit,
+    grouped,
+    parser,
+    passes,
+    quiet_transformers,
+    scratch,
+    table,
+)
 
 
 def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
@@ -107,35 +75,18 @@ def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
     return out
 
 
-def run_mtl(cfg) -> tuple[StepClock, list[tuple[int, float]]]:
+def run_mtl(cfg) -> tuple[LoopClock, list[tuple[int, float]]]:
     """The steps' clock, and the (step, loss) of every window mtl logged."""
-    import mtl.train
+    from mtl.train import run
 
-    clock, original = StepClock(), mtl.train.guarded
-
-    def timed(loader, *args, **kwargs):
-        return clock.wrap(original(loader, *args, **kwargs))
-
-    mtl.train.guarded = timed
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-            mtl.train.run(cfg)
-    finally:
-        mtl.train.guarded = original
+    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+        run(cfg)
     lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
     windows = [(f["step"], f["loss"]) for f in map(json.loads, lines) if "loss" in f]
     return clock, windows
 
 
-def passes(loader) -> Iterator:
-    """One task's batches pass after pass, each with `set_epoch(pass)` (what mtl's composite
-    loader does for a task that runs out)."""
-    for index in itertools.count():
-        loader.batch_sampler.set_epoch(index)
-        yield from loader
-
-
-def run_bare(cfg, steps: int) -> tuple[StepClock, list[float]]:
+def run_bare(cfg, steps: int) -> tuple[LoopClock, list[float]]:
     """The bare loop; the clock and every step's loss."""
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
@@ -154,7 +105,7 @@ def run_bare(cfg, steps: int) -> tuple[StepClock, list[float]]:
     optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * steps), steps)
     model.train()
-    clock, losses = StepClock(), []
+    clock, losses = LoopClock(), []
     for batch in clock.wrap(passes(loader), steps):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         loss = model(batch)["loss"]
@@ -182,31 +133,11 @@ def same_losses(windows: list[tuple[int, float]], losses: list[float]) -> bool:
     return bool(windows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="pydoc_topic")
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run")
-    parser.add_argument("--warmup", type=int, default=20, help="first steps left out of timing")
-    parser.add_argument("--repeats", type=int, default=4, help="mtl/bare pairs (default 4)")
-    parser.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
-    parser.add_argument("--quick", action="store_true", help="20 steps, 128 examples, 1 pair")
-    args = parser.parse_args()
-    if args.quick:
-        args.steps, args.warmup, args.repeats = 20, 5, 1
-        args.max_examples = args.max_examples or 128
-    if not 0 <= args.warmup < args.steps:
-        parser.error("--warmup must be in [0, --steps)")
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
+def run_pairs(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Each run's steady-state figures, and per pair whether both saw the same batches and
+    computed the same losses."""
     runs, checks = [], []
-    workdir = Path(tempfile.mkdtemp(prefix="bench_loop_overhead_"))
-    try:
+    with scratch("bench_loop_overhead_") as workdir:
         for repeat in range(args.repeats):
             cfg = compose(config_overrides(args, workdir / str(repeat)))
             pair = {}
@@ -220,26 +151,40 @@ def main() -> None:
             )
             checks.append({"same_batches": same, "same_losses": same_losses(windows, losses)})
             shutil.rmtree(workdir / str(repeat), ignore_errors=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return runs, checks
+
+
+def main() -> None:
+    p = parser(__doc__, "20 steps, 128 examples, 1 pair", threads=1)
+    p.add_argument("--task", default="pydoc_topic")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=20, help="first steps left out of timing")
+    p.add_argument("--repeats", type=int, default=4, help="mtl/bare pairs (default 4)")
+    p.add_argument("--max-examples", type=int, default=None, help="cap per task and split")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.repeats = 20, 5, 1
+        args.max_examples = args.max_examples or 128
+    if not 0 <= args.warmup < args.steps:
+        p.error("--warmup must be in [0, --steps)")
+
+    quiet_transformers()
+    torch.set_num_threads(args.threads)
+    runs, checks = run_pairs(args)
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     print(
         f"task {args.task}, model tiny, {args.steps} steps ({args.warmup} warm-up steps not "
         f"timed), {device}, {args.threads} torch thread(s)"
     )
-    print(
-        f"{'run':>4} {'loop':6}{'steps':>7}{'examples':>10}{'seconds':>9}{'ex/s':>10}{'ms/step':>9}"
-    )
-    for i, r in enumerate(runs):
-        print(
-            f"{i + 1:4d} {r['loop']:6}{r['steps']:7d}{r['examples']:10d}{r['seconds']:9.2f}"
-            f"{r['examples_per_s']:10.1f}{r['ms_per_step']:9.2f}"
-        )
-    speed = {
-        loop: [r["examples_per_s"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")
-    }
-    ms = {loop: [r["ms_per_step"] for r in runs if r["loop"] == loop] for loop in ("mtl", "bare")}
+    table(
+        ["run", "loop", "steps", "examples", "seconds", "ex/s", "ms/step"],
+        [[i + 1, r["loop"], r["steps"], r["examples"], r["seconds"], r["examples_per_s"],
+          r["ms_per_step"]] for i, r in enumerate(runs)],
+        [0, 0, 0, 0, 2, 1, 2],
+    )  # fmt: skip
+    speed, ms = grouped(runs, "loop", "examples_per_s"), grouped(runs, "loop", "ms_per_step")
     ratios = [m / b for m, b in zip(speed["mtl"], speed["bare"], strict=True)]
     ratio = statistics.median(ratios)
     overhead = statistics.median(m - b for m, b in zip(ms["mtl"], ms["bare"], strict=True))
@@ -252,6 +197,7 @@ def main() -> None:
     )
     figures = {
         "bench": "loop_overhead",
+        "peer": "a bare hand-written loop on the same batches",
         "task": args.task,
         "model": "tiny",
         "device": device,
@@ -266,10 +212,7 @@ def main() -> None:
         "same_batches": all_same_batches,
         "same_losses": all_same_losses,
     }
-    line = json.dumps(figures)
-    if args.json:
-        Path(args.json).write_text(line + "\n")
-    print(line)
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

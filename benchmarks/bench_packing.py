@@ -10,34 +10,19 @@ same loss (checked). Prints one table and one JSON line: seconds per step, real 
 token slots, and padded / packed seconds (the speedup). A step that packing would not shorten by
 `mtl.models.packing.MIN_SAVING` runs padded both times (`packed` shows -).
 
-    python scripts/bench_packing.py [--steps 6] [--model minilm] [--overrides ...] [--quick]
+    python benchmarks/bench_packing.py [--steps 6] [--model minilm] [--overrides ...] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import itertools
-import json
 import statistics
 import time
 
 import torch
-from bench_train_speed import compose
+from harness import QUICK_MIXUP, emit, first_steps, parser, table
 
-from mtl.config import validate
 from mtl.models.packing import Packing
-from mtl.registry import build_composite_loader, build_model, build_tasks, build_train_loaders
-
-
-def batches(overrides: list[str], steps: int):
-    cfg = compose(["output_dir=/tmp/bench_packing", "logger=none", *overrides])
-    settings = validate(cfg)
-    tasks, tokenizer = build_tasks(settings, cfg.seed)
-    loaders = build_train_loaders(tasks, settings, cfg.sampler, seed=cfg.seed)
-    loader = build_composite_loader(
-        cfg.loader, loaders, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id
-    )
-    return settings, tasks, list(itertools.islice(iter(loader), steps))
+from mtl.registry import build_model
 
 
 def timed_step(model, batch, pack) -> tuple[float, float]:
@@ -51,28 +36,10 @@ def timed_step(model, batch, pack) -> tuple[float, float]:
     return seconds, loss.item()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--model", default="minilm")
-    parser.add_argument("--overrides", nargs="*", default=["experiment=bundled", "loader=mixup"])
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--quick", action="store_true", help="tiny model, 2 steps, small tasks")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    overrides = [*args.overrides, f"model={args.model}"]
-    if args.quick:
-        args.steps = 2
-        tasks = "synthetic_cls,synthetic_tag,synthetic_pair,synthetic_choice,synthetic_qa"
-        overrides = ["loader=mixup", "model=tiny", "data.max_examples=64", f"task=[{tasks}]"]
-    overrides += ["model.head_dropout=0", "+model.config.hidden_dropout_prob=0",
-                  "+model.config.attention_probs_dropout_prob=0"]  # fmt: skip
-    settings, tasks, steps = batches(overrides, args.steps)
-    torch.manual_seed(0)
-    model = build_model(settings, tasks)
+def check_encoder(model, steps: list[dict]):
+    """The model's packer after its one-time check of the encoder (outside the timed steps)."""
     packer = model.packed
-    for batch in steps:  # the one-time check of the encoder, outside the timed steps
+    for batch in steps:
         packing = Packing(batch["attention_mask"])
         if packing.worth_it():
             inputs = {
@@ -80,6 +47,26 @@ def main() -> None:
             }
             packer.supported = packer.check(model.encoder, inputs, packing)
             break
+    return packer
+
+
+def main() -> None:
+    args = parser(__doc__, "tiny model, 2 steps, small tasks", threads=0)
+    args.add_argument("--steps", type=int, default=6)
+    args.add_argument("--model", default="minilm")
+    args.add_argument("--overrides", nargs="*", default=["experiment=bundled", "loader=mixup"])
+    args = args.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = [*args.overrides, f"model={args.model}"]
+    if args.quick:
+        args.steps, overrides = 2, list(QUICK_MIXUP)
+    overrides += ["model.head_dropout=0", "+model.config.hidden_dropout_prob=0",
+                  "+model.config.attention_probs_dropout_prob=0"]  # fmt: skip
+    settings, tasks, steps = first_steps(overrides, args.steps)
+    torch.manual_seed(0)
+    model = build_model(settings, tasks)
+    packer = check_encoder(model, steps)
     timed_step(model, steps[0], None)  # warm-up
     rows = []
     for i, batch in enumerate(steps):
@@ -99,12 +86,12 @@ def main() -> None:
             else real / mask.numel(),
             "padded_s": padded_s, "packed_s": packed_s,
         })  # fmt: skip
-    print(f"{'step':>4} {'rows':>5} {'len':>4} {'packed':>6} {'eff pad':>7} {'eff pack':>8} "
-          f"{'padded s':>9} {'packed s':>9} {'speedup':>7}")  # fmt: skip
-    for i, r in enumerate(rows):
-        print(f"{i:>4} {r['rows']:>5} {r['length']:>4} {r['packed_rows']:>6} "
-              f"{r['padded_eff']:>7.2f} {r['packed_eff']:>8.2f} {r['padded_s']:>9.2f} "
-              f"{r['packed_s']:>9.2f} {r['padded_s'] / r['packed_s']:>7.2f}")  # fmt: skip
+    table(
+        ["step", "rows", "len", "packed", "eff pad", "eff pack", "padded s", "packed s", "speedup"],
+        [[i, r["rows"], r["length"], r["packed_rows"], r["padded_eff"], r["packed_eff"],
+          r["padded_s"], r["packed_s"], r["padded_s"] / r["packed_s"]]
+         for i, r in enumerate(rows)],
+    )  # fmt: skip
     padded = sum(r["padded_s"] for r in rows)
     packed = sum(r["packed_s"] for r in rows)
     figures = {
@@ -120,7 +107,7 @@ def main() -> None:
         "packed_efficiency": statistics.mean(r["packed_eff"] for r in rows),
         "threads": torch.get_num_threads(),
     }
-    print(json.dumps(figures))
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

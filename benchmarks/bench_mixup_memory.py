@@ -14,7 +14,7 @@ Each variant runs `--epochs` epochs in its own child process (so peaks do not mi
 gives, per epoch, the RSS at the end of the epoch and the process's peak RSS so far, both minus
 the RSS after building the data (MiB). Prints one table and one JSON line.
 
-    python scripts/bench_mixup_memory.py [--quick] [--epochs 5]
+    python benchmarks/bench_mixup_memory.py [--quick] [--epochs 5]
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ import argparse
 import itertools
 import json
 import resource
-import subprocess
-import sys
 
 import numpy as np
 import psutil
 import torch
+from harness import emit, parser, run_child, table
 from torch.utils.data import DataLoader
 
 from mtl.loaders import MixupLoader
@@ -96,46 +95,41 @@ def child(variant: str, n_small: int, epochs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small task of 500 rows, 2 epochs")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--child", choices=["mixup", "itertools_cycle"], help=argparse.SUPPRESS)
-    parser.add_argument("--n-small", type=int, default=5000)
-    args = parser.parse_args()
+    args = parser(__doc__, "small task of 500 rows, 2 epochs")
+    args.add_argument("--epochs", type=int, default=5)
+    args.add_argument("--child", choices=["mixup", "itertools_cycle"], help=argparse.SUPPRESS)
+    args.add_argument("--n-small", type=int, default=5000)
+    args = args.parse_args()
     n_small, epochs = (500, 2) if args.quick else (args.n_small, args.epochs)
     if args.child:
         child(args.child, n_small, epochs)
         return
 
-    results = {}
-    for variant in ("mixup", "itertools_cycle"):
-        cmd = [sys.executable, __file__, "--child", variant, "--n-small", str(n_small)]
-        cmd += ["--epochs", str(epochs)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        results[variant] = json.loads(out.strip().splitlines()[-1])
-
+    results = {
+        variant: run_child([__file__, "--child", variant, "--n-small", str(n_small),
+                            "--epochs", str(epochs)])
+        for variant in ("mixup", "itertools_cycle")
+    }  # fmt: skip
     small_task_mib = n_small * WIDTH * 8 * 2 / 2**20  # input_ids + attention_mask, int64
     print(f"small task: {n_small} rows, its batches ~{small_task_mib:.0f} MiB; big: {10 * n_small}")
-    print(f"{'epoch':>5}" + "".join(f"{v + ' rss':>22}{v + ' peak':>22}" for v in results))
-    for e in range(epochs):
-        cells = "".join(
-            f"{results[v][e]['rss_end']:22.1f}{results[v][e]['peak']:22.1f}" for v in results
-        )
-        print(f"{e:5d}{cells}")
+    table(
+        ["epoch", *(f"{v} {k}" for v in results for k in ("rss", "peak"))],
+        [[e, *(results[v][e][k] for v in results for k in ("rss_end", "peak"))]
+         for e in range(epochs)],
+        1,
+    )  # fmt: skip
     growth = {v: round(r[-1]["peak"] - r[0]["peak"], 1) for v, r in results.items()}
     print(f"peak growth epoch 0 -> {epochs - 1} (MiB): {growth}")
-    print(
-        json.dumps(
-            {
-                "bench": "mixup_memory",
-                "n_small": n_small,
-                "small_task_batches_mib": round(small_task_mib, 1),
-                "per_epoch_mib": results,
-                "peak_growth_mib": growth,
-                "peak_mib": {v: round(r[-1]["peak"], 1) for v, r in results.items()},
-            }
-        )
-    )
+    figures = {
+        "bench": "mixup_memory",
+        "peer": "zip(big, itertools.cycle(small)), the original MixupDataLoader's cache",
+        "n_small": n_small,
+        "small_task_batches_mib": round(small_task_mib, 1),
+        "per_epoch_mib": results,
+        "peak_growth_mib": growth,
+        "peak_mib": {v: round(r[-1]["peak"], 1) for v, r in results.items()},
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

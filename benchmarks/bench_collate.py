@@ -13,20 +13,17 @@ Timing: one torch thread; each row collates the same `--batches` pre-built batch
 interleaved, `--rounds` rounds, best round per row, in microseconds per batch. Goal for
 `mtl_packed`: <= 50 us and >= 10x below `naive_pad_sequence`. Prints one table and one JSON line.
 
-    python scripts/bench_collate.py [--quick] [--rounds 5] [--batches 200]
+    python benchmarks/bench_collate.py [--quick] [--rounds 5] [--batches 200] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from harness import best_of, emit, parser, table
 from torch.nn.utils.rnn import pad_sequence
 
 from mtl.data.collators import PackedRows, make_collator
@@ -73,81 +70,66 @@ def hf_collator() -> Callable[[list[dict[str, Any]]], Any] | str:
         return f"hf_with_padding skipped: {type(err).__name__}: {err}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 batches, 1 round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=200)
-    args = parser.parse_args()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(1)
-    rounds, count = (1, 20) if args.quick else (args.rounds, args.batches)
-
-    batches = make_batches(count)
+def collators(batches: list[list[dict[str, Any]]]) -> tuple[dict, list[str]]:
+    """Each row's collate function with its inputs, and the rows skipped."""
     packed = [PackedRows.from_examples(b) for b in batches]
     hf_inputs = [
-        [
-            {
-                "input_ids": e["input_ids"],
-                "attention_mask": [1] * len(e["input_ids"]),
-                "labels": e["labels"],
-            }
-            for e in b
-        ]
+        [{"input_ids": e["input_ids"], "attention_mask": [1] * len(e["input_ids"]),
+          "labels": e["labels"]} for e in b]
         for b in batches
-    ]
+    ]  # fmt: skip
     collate = make_collator("sequence_classification", "bench", pad_token_id=0)
     rows: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
         "mtl_packed": (collate, packed),
         "mtl_dicts": (collate, batches),
         "naive_pad_sequence": (naive, batches),
     }
-    skipped = []
     hf = hf_collator()
     if isinstance(hf, str):
-        skipped.append(hf)
-    else:
-        rows["hf_with_padding"] = (hf, hf_inputs)
+        return rows, [hf]
+    return rows | {"hf_with_padding": (hf, hf_inputs)}, []
 
-    best = dict.fromkeys(rows, float("inf"))
-    for round_index in range(rounds + 1):  # round 0 warms up
-        for name, (fn, inputs) in rows.items():
-            t0 = time.perf_counter()
-            for batch in inputs:
-                fn(batch)
-            if round_index:
-                best[name] = min(best[name], (time.perf_counter() - t0) / len(inputs))
 
+def main() -> None:
+    args = parser(__doc__, "20 batches, 1 round")
+    args.add_argument("--rounds", type=int, default=5)
+    args.add_argument("--batches", type=int, default=200)
+    args = args.parse_args()
+    torch.set_num_threads(1)
+    rounds, count = (1, 20) if args.quick else (args.rounds, args.batches)
+
+    batches = make_batches(count)
+    rows, skipped = collators(batches)
+
+    def collate_all(fn: Callable[[Any], Any], inputs: list[Any]) -> Callable[[], int]:
+        return lambda: len([fn(batch) for batch in inputs])
+
+    best = best_of({name: collate_all(*row) for name, row in rows.items()}, rounds)
     us = {name: best[name] * 1e6 for name in rows}
+    naive_over = {name: us["naive_pad_sequence"] / us[name] for name in rows}
     mean_len = float(np.mean([len(e["input_ids"]) for b in batches for e in b]))
     print(f"batch {BATCH_SIZE}, mean length {mean_len:.1f}, {count} batches, best of {rounds}")
-    print(f"{'collate':22}{'us/batch':>10}{'naive / this':>14}")
-    for name in rows:
-        print(f"{name:22}{us[name]:10.1f}{us['naive_pad_sequence'] / us[name]:14.1f}")
+    table(["collate", "us/batch", "naive / this"], [[n, us[n], naive_over[n]] for n in rows], 1)
     for line in skipped:
         print(line)
-    speedup = us["naive_pad_sequence"] / us["mtl_packed"]
+    speedup = naive_over["mtl_packed"]
+    hf_note = ""
+    if "hf_with_padding" in us:
+        hf_note = f", {us['hf_with_padding'] / us['mtl_packed']:.1f}x below HF"
     print(
         f"mtl_packed: {us['mtl_packed']:.1f} us (goal <= 50), {speedup:.1f}x below naive "
-        f"(goal >= 10)"
-        + (
-            f", {us['hf_with_padding'] / us['mtl_packed']:.1f}x below HF"
-            if "hf_with_padding" in us
-            else ""
-        )
+        f"(goal >= 10){hf_note}"
     )
-    print(
-        json.dumps(
-            {
-                "bench": "collate",
-                "batch_size": BATCH_SIZE,
-                "mean_length": round(mean_len, 1),
-                "us_per_batch": {k: round(v, 2) for k, v in us.items()},
-                "naive_over_mtl_packed": round(speedup, 2),
-                "skipped": skipped,
-            }
-        )
-    )
+    figures = {
+        "bench": "collate",
+        "peer": "transformers DataCollatorWithPadding; reference: naive pad_sequence",
+        "batch_size": BATCH_SIZE,
+        "mean_length": round(mean_len, 1),
+        "us_per_batch": {k: round(v, 2) for k, v in us.items()},
+        "naive_over_mtl_packed": round(speedup, 2),
+        "skipped": skipped,
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

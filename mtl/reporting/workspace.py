@@ -1,8 +1,8 @@
 """Build a W&B workspace for mtl runs: one section per concern, every panel on a logged key.
 
-    python scripts/wandb_workspace.py --entity E --project P --run outputs/runs/<day>/<time>
-    python scripts/wandb_workspace.py --entity E --project P --run outputs/multirun/<day>/<time>
-    python scripts/wandb_workspace.py --entity E --project P --tasks a,b,c --dry-run
+    mtl-workspace --entity E --project P --run outputs/runs/<day>/<time>
+    mtl-workspace --entity E --project P --run outputs/multirun/<day>/<time>
+    mtl-workspace --entity E --project P --tasks a,b,c --dry-run
 
 Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
@@ -29,9 +29,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from hydra.utils import get_class
 
 from mtl.errors import MtlError
 from mtl.logging import summary_of
+from mtl.task_types import BUILTIN
 
 DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
 
@@ -51,10 +53,6 @@ def flat(config: dict, prefix: str = "") -> dict:
 
 def task_metrics(config: dict) -> dict[str, list[str]]:
     """Each task's dev metrics (the main one first), from the task's config and its type."""
-    from hydra.utils import get_class
-
-    from mtl.task_types import BUILTIN
-
     tasks = {}
     for name, task in config.get("task", {}).items():
         metrics = task.get("metrics")
@@ -235,7 +233,7 @@ def build_workspace(spec: dict):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mtl-workspace", description=__doc__.splitlines()[0])
     parser.add_argument("--entity", required=True)
     parser.add_argument("--project", required=True)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -265,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
             ) from None
         print(workspace.save().url)
     except MtlError as err:
-        print(f"wandb_workspace: error: {err}", file=sys.stderr)
+        print(f"mtl: error: {err}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -14,28 +14,22 @@ constructor work such as copying `lengths` is not counted; for token_budget the 
 tracemalloc (numpy reports its buffers to it), in a separate untimed call. Prints one table
 and one JSON line; the ratios compare rows of the same run.
 
-    python scripts/bench_sampler_scale.py [--quick] [--repeats 3] [--hf-max-n 1000000]
+    python benchmarks/bench_sampler_scale.py [--quick] [--repeats 3] [--hf-max-n 1000000]
         [--plot PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
+from harness import emit, hf_length_grouped, lognormal_lengths, parser, table
 
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
 
 BATCH_SIZE = 32
-
-
-def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return np.clip(rng.lognormal(4.0, 1.0, n), 1, 2048).astype(np.int64)
 
 
 def builders(lengths: np.ndarray) -> dict[str, Callable[[int], object]]:
@@ -56,20 +50,6 @@ def builders(lengths: np.ndarray) -> dict[str, Callable[[int], object]]:
     out: dict[str, Callable[[int], object]] = {"permutation": permutation}
     out |= {name: s.epoch_batches for name, s in samplers.items()}
     return out
-
-
-def hf_builder(lengths: np.ndarray) -> Callable[[int], object]:
-    import torch
-    from transformers.trainer_pt_utils import get_length_grouped_indices
-
-    as_list = lengths.tolist()  # what the HF sampler holds (a list of ints)
-
-    def build(epoch: int) -> list[int]:
-        return get_length_grouped_indices(
-            as_list, BATCH_SIZE, generator=torch.Generator().manual_seed(epoch)
-        )
-
-    return build
 
 
 def measure(build: Callable[[int], object], repeats: int) -> tuple[float, float]:
@@ -106,37 +86,43 @@ def plot(results: dict[str, dict[str, dict[str, float]]], path: str) -> None:
     print(f"plot written to {path}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n = 1e4, 1e5 only (smoke test)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--hf-max-n", type=int, default=1_000_000)
-    parser.add_argument("--plot", metavar="PATH", help="also write seconds vs n as a PNG")
-    args = parser.parse_args()
-    sizes = [10_000, 100_000] if args.quick else [100_000, 1_000_000, 10_000_000]
-
+def measure_sizes(sizes: list[int], repeats: int, hf_max_n: int) -> tuple[dict, list[str]]:
+    """{row: {n: {"s", "peak_mib"}}} at each size, and the rows skipped."""
     results: dict[str, dict[str, dict[str, float]]] = {}
     skipped = []
     for n in sizes:
-        lengths = lognormal_lengths(n)
+        lengths = lognormal_lengths(n, 4.0, 1.0, 1, 2048)
         rows = builders(lengths)
-        if n <= args.hf_max_n:
-            rows["hf_length_grouped"] = hf_builder(lengths)
+        if n <= hf_max_n:
+            rows["hf_length_grouped"] = hf_length_grouped(lengths, BATCH_SIZE)
         else:
             skipped.append(f"hf_length_grouped at n={n:.0e} (per-example Python sort, too slow)")
-        repeats = 1 if n >= 10_000_000 else args.repeats
         for name, build in rows.items():
-            seconds, mib = measure(build, repeats)
+            seconds, mib = measure(build, 1 if n >= 10_000_000 else repeats)
             results.setdefault(name, {})[str(n)] = {"s": seconds, "peak_mib": mib}
+    return results, skipped
 
-    header = f"{'method':22}" + "".join(f"{f'n={n:.0e} s':>14}{'MiB':>9}" for n in sizes)
-    print(header)
-    for name, by_n in results.items():
-        cells = ""
-        for n in sizes:
-            r = by_n.get(str(n))
-            cells += f"{r['s']:14.4f}{r['peak_mib']:9.1f}" if r else f"{'skipped':>14}{'':9}"
-        print(f"{name:22}{cells}")
+
+def cells(figures: dict[str, float] | None) -> tuple:
+    return (figures["s"], figures["peak_mib"]) if figures else ("skipped", "")
+
+
+def main() -> None:
+    args = parser(__doc__, "n = 1e4, 1e5 only (smoke test)")
+    args.add_argument("--repeats", type=int, default=3)
+    args.add_argument("--hf-max-n", type=int, default=1_000_000)
+    args.add_argument("--plot", metavar="PATH", help="also write seconds vs n as a PNG")
+    args = args.parse_args()
+    sizes = [10_000, 100_000] if args.quick else [100_000, 1_000_000, 10_000_000]
+
+    results, skipped = measure_sizes(sizes, args.repeats, args.hf_max_n)
+
+    table(
+        ["method", *(c for n in sizes for c in (f"n={n:.0e} s", "MiB"))],
+        [[name, *(c for n in sizes for c in cells(by_n.get(str(n))))]
+         for name, by_n in results.items()],
+        [0, *([4, 1] * len(sizes))],
+    )  # fmt: skip
     for line in skipped:
         print("skipped:", line)
 
@@ -164,17 +150,15 @@ def main() -> None:
     )
     if args.plot:
         plot(results, args.plot)
-    print(
-        json.dumps(
-            {
-                "bench": "sampler_scale",
-                "batch_size": BATCH_SIZE,
-                "results": results,
-                "ratios": ratios,
-                "skipped": skipped,
-            }
-        )
-    )
+    figures = {
+        "bench": "sampler_scale",
+        "peer": "np.random.permutation (floor); transformers get_length_grouped_indices",
+        "batch_size": BATCH_SIZE,
+        "results": results,
+        "ratios": ratios,
+        "skipped": skipped,
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -16,16 +16,15 @@ Lengths: lognormal (median ~55, sigma 1, `--n` examples) and, unless `--quick`, 
 of the bundled pydoc paragraphs (`mtl.data.bundled.pydoc_paragraphs`). Prints one table per
 check and one JSON line.
 
-    python scripts/bench_randomness.py [--quick] [--n 20000] [--epochs 5]
+    python benchmarks/bench_randomness.py [--quick] [--n 20000] [--epochs 5]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable
 
 import numpy as np
+from harness import cut, emit, hf_length_grouped, lognormal_lengths, parser, table
 
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
 
@@ -34,18 +33,8 @@ Batches = list[np.ndarray]
 
 
 def hf_batches(lengths: np.ndarray) -> Callable[[int], Batches]:
-    import torch
-    from transformers.trainer_pt_utils import get_length_grouped_indices
-
-    as_list = lengths.tolist()
-
-    def epoch_batches(epoch: int) -> Batches:
-        indices = get_length_grouped_indices(
-            as_list, BATCH_SIZE, generator=torch.Generator().manual_seed(epoch)
-        )
-        return [np.array(indices[i : i + BATCH_SIZE]) for i in range(0, len(indices), BATCH_SIZE)]
-
-    return epoch_batches
+    order = hf_length_grouped(lengths, BATCH_SIZE)
+    return lambda epoch: cut(order(epoch), BATCH_SIZE)
 
 
 def sorted_no_shuffle(lengths: np.ndarray) -> Callable[[int], Batches]:
@@ -134,30 +123,30 @@ def pydoc_word_counts() -> np.ndarray | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small lognormal only (smoke test)")
-    parser.add_argument("--n", type=int, default=20_000)
-    parser.add_argument("--epochs", type=int, default=5)
-    args = parser.parse_args()
+    args = parser(__doc__, "small lognormal only (smoke test)")
+    args.add_argument("--n", type=int, default=20_000)
+    args.add_argument("--epochs", type=int, default=5)
+    args = args.parse_args()
     n = 3000 if args.quick else args.n
-    datasets = {"lognormal": np.clip(np.random.default_rng(0).lognormal(4, 1, n), 1, 2048)}
-    datasets["lognormal"] = datasets["lognormal"].astype(np.int64)
+    datasets = {"lognormal": lognormal_lengths(n, 4, 1, 1, 2048)}
     if not args.quick and (pydoc := pydoc_word_counts()) is not None:
         datasets["pydoc_words"] = pydoc
 
     results = {name: check_dataset(lengths, args.epochs) for name, lengths in datasets.items()}
-    print(f"{'sampler':30}" + "".join(f"{d + ' corr':>20}{d + ' changed':>22}" for d in datasets))
-    for row in results["lognormal"]:
-        cells = "".join(
-            f"{results[d][row]['adj_corr']:20.3f}{results[d][row]['changed']:22.1%}"
-            for d in datasets
-        )
-        print(f"{row:30}{cells}")
+    table(
+        ["sampler", *(f"{d} {k}" for d in datasets for k in ("corr", "changed"))],
+        [[row, *(c for d in datasets for c in (results[d][row]["adj_corr"],
+                                              f"{results[d][row]['changed']:.1%}"))]
+         for row in results["lognormal"]],
+        3,
+    )  # fmt: skip
 
     labels = check_labels(datasets["lognormal"], args.epochs)
-    print(f"\n{'labels = length > median (lognormal)':40}{'single-label batches':>22}")
-    for row, share in labels.items():
-        print(f"{row:40}{share:22.1%}")
+    print()
+    table(
+        ["labels = length > median (lognormal)", "single-label batches"],
+        [[row, f"{share:.1%}"] for row, share in labels.items()],
+    )
 
     ours = [r for r in results["lognormal"] if r.startswith("block_shuffle")]
     worst_corr = max(abs(results[d][r]["adj_corr"]) for d in datasets for r in ours)
@@ -172,21 +161,19 @@ def main() -> None:
         + f"), min changed = {worst_changed:.1%} (goal >= 99%); "
         f"hf adj_corr = {results['lognormal']['hf_length_grouped']['adj_corr']:.3f}"
     )
-    print(
-        json.dumps(
-            {
-                "bench": "randomness",
-                "batch_size": BATCH_SIZE,
-                "epochs": args.epochs,
-                "n": {d: len(v) for d, v in datasets.items()},
-                "results": results,
-                "single_label": labels,
-                "block_shuffle_max_abs_adj_corr": worst_corr,
-                "block_shuffle_min_changed": worst_changed,
-                "adj_corr_std_err": std_err,
-            }
-        )
-    )
+    figures = {
+        "bench": "randomness",
+        "peer": "transformers group_by_length (get_length_grouped_indices)",
+        "batch_size": BATCH_SIZE,
+        "epochs": args.epochs,
+        "n": {d: len(v) for d, v in datasets.items()},
+        "results": results,
+        "single_label": labels,
+        "block_shuffle_max_abs_adj_corr": worst_corr,
+        "block_shuffle_min_changed": worst_changed,
+        "adj_corr_std_err": std_err,
+    }
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":
