@@ -401,7 +401,7 @@ def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int
 
 def make_optimizer(groups: list[dict]) -> torch.optim.Optimizer:
     """AdamW, fused where this torch build has it (CPU and CUDA; much faster per step than the
-    per-parameter loop, see scripts/bench_train_speed.py)."""
+    per-parameter loop, see benchmarks/bench_train_speed.py)."""
     try:
         return torch.optim.AdamW(groups, fused=True)
     except (RuntimeError, TypeError):

@@ -249,7 +249,7 @@ def test_bench_predict_quick():
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--quick"],
+        [sys.executable, str(ROOT / "benchmarks" / "bench_predict.py"), "--quick"],
         capture_output=True,
         text=True,
         env=env,
