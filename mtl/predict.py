@@ -1,12 +1,16 @@
 """`mtl-predict`: a trained model's predictions for the rows of a file.
 
     mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
-        output=<file or -> [batch_size=32] [overwrite=false]
+        output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false]
 
-Input and output are jsonl (`.jsonl`/`.json`) or csv (`.csv`) by extension, `-` is jsonl on
-stdin/stdout. Each output row is the input row (its fields kept, in input order) plus
-`prediction` and `score` (with several tasks `<task>.prediction` and `<task>.score`): see the
-task types' `readable`. Rows are batched by length (fewer pad tokens), the order restored.
+Input is any file training reads (`mtl.data.sources.FORMATS`: jsonl, json, csv, tsv, parquet,
+txt, optionally compressed); output is jsonl (`.jsonl`/`.json`), csv or tsv by extension; `-`
+is jsonl on stdin/stdout. The output is written whole or not at all, and an existing file only
+with `overwrite=true` (`mtl.artifacts`). A model whose task types or heads are not mtl's own
+loads only with `trust_custom_code=true` (`mtl.trust`). Each output row is the input row (its
+fields kept, in input order) plus `prediction` and `score` (with several tasks
+`<task>.prediction` and `<task>.score`): see the task types' `readable`. Rows are batched by
+length (fewer pad tokens), the order restored.
 Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
 """
 
@@ -17,25 +21,28 @@ import io
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mtl.artifacts import check_target, write_file
+from mtl.data.sources import COMPRESSIONS, FORMATS
 from mtl.errors import MtlError
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
-    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false]"
+    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false] "
+    "[trust_custom_code=false]"
 )
-KEYS = {"model", "task", "input", "output", "batch_size", "overwrite"}
+KEYS = {"model", "task", "input", "output", "batch_size", "overwrite", "trust_custom_code"}
+FLAGS = ("overwrite", "trust_custom_code")
 CHUNK = 1000  # source rows encoded at a time
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """`key=value` arguments -> options (one-line MtlError for anything else)."""
-    options: dict[str, Any] = {"batch_size": 32, "overwrite": False}
+    options: dict[str, Any] = {"batch_size": 32, "overwrite": False, "trust_custom_code": False}
     for arg in argv:
         key, eq, value = arg.partition("=")
         if not eq or key not in KEYS:
@@ -49,10 +56,11 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         assert options["batch_size"] >= 1
     except (ValueError, AssertionError):
         raise MtlError(f"batch_size={options['batch_size']} must be an integer >= 1") from None
-    overwrite = str(options["overwrite"]).lower()
-    if overwrite not in ("true", "false"):
-        raise MtlError(f"overwrite={options['overwrite']} must be true or false")
-    options["overwrite"] = overwrite == "true"
+    for flag in FLAGS:
+        value = str(options[flag]).lower()
+        if value not in ("true", "false"):
+            raise MtlError(f"{flag}={options[flag]} must be true or false")
+        options[flag] = value == "true"
     task = options["task"].strip()
     names = task[1:-1].split(",") if task.startswith("[") and task.endswith("]") else [task]
     options["task"] = [n.strip() for n in names if n.strip()]
@@ -65,31 +73,48 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 def _format(path: str) -> str:
+    """How mtl-predict reads (and writes) `path`: "jsonl", "csv", "tsv" (its own readers, cells
+    as text) or a `datasets` builder of training's `FORMATS` (parquet, txt, compressed files)."""
     if path == "-":
         return "jsonl"
-    suffix = Path(path).suffix.lower()
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        return "datasets"
+    suffix = suffixes[-1] if suffixes else ""
     if suffix in (".jsonl", ".json"):
         return "jsonl"
-    if suffix == ".csv":
-        return "csv"
-    raise MtlError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json or .csv (or -)")
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    if suffix in FORMATS:
+        return "datasets"
+    raise MtlError(f"{path}: unknown file type {suffix!r}; use {', '.join(FORMATS)} (or -)")
+
+
+def _output_format(path: str) -> str:
+    kind = _format(path)
+    if kind == "datasets":
+        raise MtlError(f"output={path}: write .jsonl, .json, .csv or .tsv (or - for stdout)")
+    return kind
 
 
 def read_rows(path: str) -> tuple[list[dict], bool]:
-    """The rows of a jsonl/csv file or stdin, and whether they came from csv (string cells)."""
+    """The rows of an input file or stdin, and whether their cells are text (csv, tsv)."""
     kind = _format(path)
+    if path != "-" and not Path(path).is_file():
+        raise MtlError(f"input={path}: cannot read it (no such file); give the file of rows")
+    if kind == "datasets":
+        return _read_dataset(path), False
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise MtlError(
-            f"input={path}: cannot read it ({type(err).__name__}); give a readable "
-            "jsonl or csv file"
+            f"input={path}: cannot read it ({type(err).__name__}); give a readable {kind} file"
         ) from None
-    if kind == "csv":
+    if kind in ("csv", "tsv"):
         try:
-            rows = list(csv.DictReader(io.StringIO(text)))
+            rows = list(csv.DictReader(io.StringIO(text), delimiter="," if kind == "csv" else "\t"))
         except csv.Error as err:
-            raise MtlError(f"input={path}: not valid csv ({err})") from None
+            raise MtlError(f"input={path}: not valid {kind} ({err})") from None
         return rows, True
     rows = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -107,6 +132,31 @@ def read_rows(path: str) -> tuple[list[dict], bool]:
     return rows, False
 
 
+def _read_dataset(path: str) -> list[dict]:
+    """The rows of a file in one of training's `FORMATS`, read as training reads it."""
+    import datasets
+
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    suffix = suffixes[-2] if suffixes[-1] in COMPRESSIONS and len(suffixes) > 1 else suffixes[-1]
+    if suffix not in FORMATS:
+        raise MtlError(f"input={path}: unknown file type; use {', '.join(FORMATS)}")
+    builder, options = FORMATS[suffix]
+    bars = not datasets.utils.are_progress_bars_disabled()
+    datasets.utils.disable_progress_bars()
+    try:
+        data = datasets.load_dataset(builder, data_files=[path], split="train", **options)
+    except Exception as err:  # datasets raises many types for malformed files
+        detail = str(err.__cause__ or err).strip().splitlines()
+        raise MtlError(
+            f"input={path}: cannot read it as {builder} ({detail[0] if detail else ''}); "
+            "fix the file"
+        ) from None
+    finally:
+        if bars:
+            datasets.utils.enable_progress_bars()
+    return data.to_list()
+
+
 def _cell(value: Any) -> Any:
     """A csv cell holding a JSON list or object (choices, answers) as that value."""
     if isinstance(value, str) and value[:1] in "[{" and value:
@@ -122,7 +172,8 @@ def render(rows: list[dict], kind: str) -> str:
         return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     fields = list(dict.fromkeys(key for row in rows for key in row))
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    delimiter = "\t" if kind == "tsv" else ","
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", delimiter=delimiter)
     writer.writeheader()
     for row in rows:
         writer.writerow(
@@ -134,21 +185,13 @@ def render(rows: list[dict], kind: str) -> str:
     return buffer.getvalue()
 
 
-def write_output(path: str, text: str) -> None:
-    """Write whole or not at all (a temporary file renamed into place)."""
+def write_output(path: str, text: str, overwrite: bool = False, protect=()) -> None:
+    """Write whole or not at all; an existing file only with `overwrite` (`mtl.artifacts`)."""
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file(path, text, overwrite=overwrite, protect=protect)
 
 
 # -- prediction -----------------------------------------------------------------------------------
@@ -277,7 +320,7 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
                 out = predict_rows(loaded, [name], rows.to_list())
                 path = Path(run_dir) / "predictions" / f"{name}.{split}.jsonl"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_output(str(path), render(out, "jsonl"))
+                write_output(str(path), render(out, "jsonl"), overwrite=True)  # the run's own
                 written.append(path)
     finally:
         model.train(was_training)
@@ -290,15 +333,22 @@ def run(options: dict[str, Any]) -> None:
     from mtl.export import load_model
 
     out_path = options["output"]
-    out_kind = _format(out_path)
+    model = Path(options["model"]).expanduser()
+    if not model.is_dir():
+        raise MtlError(f"model={model}: no such folder; give an mtl run folder or export folder")
+    check = {"overwrite": options["overwrite"], "protect": [model]}
     if out_path != "-":
-        target = Path(out_path)
-        if target.exists() and not options["overwrite"]:
-            raise MtlError(f"output={out_path} exists; give overwrite=true or another path")
-        if not target.parent.is_dir():
-            raise MtlError(f"output={out_path}: no folder {target.parent}; create it first")
+        check_target(out_path, **check)
+        real = Path(out_path).resolve()
+        if options["input"] != "-" and real == Path(options["input"]).resolve():
+            raise MtlError(f"output={out_path} is the input file; give another output path")
+        if model.resolve() in real.parents:
+            raise MtlError(f"output={out_path} is inside model={model}; give a path outside it")
+    out_kind = _output_format(out_path)
     rows, from_csv = read_rows(options["input"])
-    loaded = load_model(options["model"])
+    if not rows:
+        raise MtlError(f"input={options['input']} has no rows; give at least one row to predict")
+    loaded = load_model(model, trust_custom_code=options["trust_custom_code"])
     for name in options["task"]:
         if name not in loaded.tasks:
             raise MtlError(
@@ -316,7 +366,7 @@ def run(options: dict[str, Any]) -> None:
         from_csv=from_csv,
         progress=out_path != "-",
     )
-    write_output(out_path, render(out, out_kind))
+    write_output(out_path, render(out, out_kind), **check)
 
 
 def main(argv: list[str] | None = None) -> None:

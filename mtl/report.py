@@ -28,6 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from mtl.artifacts import write_file
 from mtl.errors import MtlError
 from mtl.logging import LOWER_IS_BETTER
 
@@ -308,8 +309,12 @@ def report(folder: str | Path) -> list[Path]:
         )
     paths = []
     for stem, fig in figures.items():
-        path = folder / f"{stem}.png"
-        fig.savefig(path, dpi=110)
+        # report_*.png are mtl-report's own names: drawing again replaces them, whole
+        path = write_file(
+            folder / f"{stem}.png",
+            lambda f, fig=fig: fig.savefig(f, format="png", dpi=110),
+            overwrite=True,
+        )
         paths.append(path)
     return paths
 
