@@ -11,15 +11,19 @@ never written, whatever `overwrite` says.
 
 On Linux the final rename is `renameat2`: `RENAME_NOREPLACE` for a new target (a folder that
 appeared meanwhile is not replaced) and `RENAME_EXCHANGE` to swap a new folder for an old one in
-one step; elsewhere plain renames do the same with a short window between two of them.
+one step; elsewhere plain renames do the same with a short window between two of them. A write
+killed half way leaves its hidden `.<name>.tmp-<host>-<pid>-*` folder; the next write of the same
+target on that host deletes it once that process is gone.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -72,7 +76,8 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check) -> Pat
     which then takes the place of `path` (an old folder there is deleted only after the swap).
     `check`: the keywords of `check_target`, which runs first."""
     target = check_target(path, folder=True, **check)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    _remove_abandoned(target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_tmp_prefix(target, os.getpid())))
     try:
         fill(tmp)
         _sync_tree(tmp)
@@ -108,6 +113,29 @@ def write_file(path: str | Path, data: str | bytes | Callable, **check) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def _tmp_prefix(target: Path, pid: int) -> str:
+    return f".{target.name}.tmp-{socket.gethostname()}-{pid}-"
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Delete the temporary folders of writes of `target` whose process (on this host) is gone:
+    a killed export leaves one, as big as the export."""
+    for path in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        pid = path.name.removeprefix(_tmp_prefix(target, 0)[:-2]).split("-")[0]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _holds(folder: Path, inner: Path) -> bool:

@@ -153,6 +153,10 @@ def test_an_export_killed_while_writing_leaves_the_earlier_one(run_dir, tmp_path
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     assert listing(out) == before
     mtl.load_model(out)
+    left = [p.name for p in tmp_path.iterdir() if p.name != "export"]
+    assert len(left) == 1 and left[0].startswith(".export.tmp-")  # the killed write's
+    export_main([str(run_dir), str(out)])  # the next export of it deletes that
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
 @pytest.mark.parametrize(
@@ -475,3 +479,41 @@ def test_load_model_bad_folders_are_one_line(run_dir, tmp_path, case, expected):
     with pytest.raises(MtlError, match=expected) as err:
         mtl.load_model(path)
     assert "\n" not in str(err.value)
+
+
+def test_mtl_export_of_a_run_naming_a_users_head_needs_trust(
+    run_dir, tmp_path, user_module, capsys
+):
+    module, marker = user_module
+    run = shutil.copytree(run_dir, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    cfg.task.synthetic_cls.head = {"_target_": f"{module}.UserHead"}
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    before = listing(tmp_path)
+    err = one_line_error(capsys, lambda: export_main([str(run), str(tmp_path / "out")]))
+    assert f"head '{module}.UserHead'" in err and "trust_custom_code=true" in err
+    assert listing(tmp_path) == before and module not in sys.modules
+    export_main([str(run), str(tmp_path / "out"), "trust_custom_code=true"])
+    assert marker.read_text() == "built"
+    meta = json.loads((tmp_path / "out" / "mtl_tasks.json").read_text())
+    assert meta["tasks"]["synthetic_cls"]["head"]["class"] == f"{module}.UserHead"
+
+
+def test_init_from_reads_only_the_weights_of_an_export(run_dir, tmp_path, user_module):
+    from mtl.config import validate
+    from mtl.registry import build_model, build_tasks
+
+    module, marker = user_module
+    export = edited_export(run_dir, tmp_path / "export", _formatted(EDITS["own head"], module))
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
+        cfg = compose(
+            "config",
+            overrides=["debug=fast", "task=[synthetic_cls]", f"model.init_from={export}"],
+        )
+    settings = validate(cfg)
+    tasks, _ = build_tasks(settings, 0)
+    model = build_model(settings, tasks)
+    assert type(model.heads["synthetic_cls"]).__name__ == "SequenceClassificationHead"
+    assert not marker.exists() and module not in sys.modules

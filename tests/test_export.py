@@ -11,6 +11,7 @@ import torch
 from datasets import Dataset
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
@@ -120,7 +121,10 @@ def default_export(files, tmp_path_factory) -> tuple[Path, dict[str, int]]:
     from mtl.train import run
 
     out = tmp_path_factory.mktemp("export") / "run"
-    run(make_cfg(files, out, f"task=[{','.join(TASKS)}]"))
+    cfg = make_cfg(files, out, f"task=[{','.join(TASKS)}]")
+    run(cfg)
+    (out / ".hydra").mkdir()  # what Hydra saves beside a run launched by train.py
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
     export = out / "export"
     sizes = {p.relative_to(export).as_posix(): p.stat().st_size for p in export.rglob("*")}
     return out, sizes
