@@ -330,20 +330,25 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
 def run(options: dict[str, Any]) -> None:
     import torch
 
-    from mtl.export import load_model
+    from mtl.export import is_export, load_model, run_folder
 
     out_path = options["output"]
     model = Path(options["model"]).expanduser()
     if not model.is_dir():
         raise MtlError(f"model={model}: no such folder; give an mtl run folder or export folder")
+    if not is_export(model):
+        run_folder(model)  # a one-line error for a folder that is neither
     check = {"overwrite": options["overwrite"], "protect": [model]}
     if out_path != "-":
         check_target(out_path, **check)
         real = Path(out_path).resolve()
         if options["input"] != "-" and real == Path(options["input"]).resolve():
             raise MtlError(f"output={out_path} is the input file; give another output path")
-        if model.resolve() in real.parents:
-            raise MtlError(f"output={out_path} is inside model={model}; give a path outside it")
+        inside = [p for p in real.parents if is_export(p) or p.name == "checkpoints"]
+        if inside:
+            raise MtlError(
+                f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
+            )
     out_kind = _output_format(out_path)
     rows, from_csv = read_rows(options["input"])
     if not rows:

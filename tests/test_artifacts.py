@@ -455,7 +455,9 @@ def test_predict_output_inside_the_model_is_refused(run_dir, tmp_path, capsys):
     src.write_text(json.dumps({"text": "a cat"}) + "\n")
     before = listing(tmp_path)
     args = [f"model={export}", "task=synthetic_cls", f"input={src}", f"output={export}/p.jsonl"]
-    assert "is inside model=" in one_line_error(capsys, lambda: predict_main(args))
+    assert "a model folder; give a path outside it" in one_line_error(
+        capsys, lambda: predict_main(args)
+    )
     assert listing(tmp_path) == before
 
 
