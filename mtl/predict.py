@@ -16,9 +16,6 @@ Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import sys
 from pathlib import Path
@@ -26,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from mtl.artifacts import check_target, write_file
-from mtl.data.sources import COMPRESSIONS, FORMATS
+from mtl.artifacts import check_target
 from mtl.errors import MtlError
+from mtl.rows import cell, output_kind, read_rows, render, write_output
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
@@ -70,128 +67,6 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 # -- files ----------------------------------------------------------------------------------------
-
-
-def _format(path: str) -> str:
-    """How mtl-predict reads (and writes) `path`: "jsonl", "csv", "tsv" (its own readers, cells
-    as text) or a `datasets` builder of training's `FORMATS` (parquet, txt, compressed files)."""
-    if path == "-":
-        return "jsonl"
-    suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes and suffixes[-1] in COMPRESSIONS:
-        return "datasets"
-    suffix = suffixes[-1] if suffixes else ""
-    if suffix in (".jsonl", ".json"):
-        return "jsonl"
-    if suffix in (".csv", ".tsv"):
-        return suffix[1:]
-    if suffix in FORMATS:
-        return "datasets"
-    raise MtlError(f"{path}: unknown file type {suffix!r}; use {', '.join(FORMATS)} (or -)")
-
-
-def _output_format(path: str) -> str:
-    kind = _format(path)
-    if kind == "datasets":
-        raise MtlError(f"output={path}: write .jsonl, .json, .csv or .tsv (or - for stdout)")
-    return kind
-
-
-def read_rows(path: str) -> tuple[list[dict], bool]:
-    """The rows of an input file or stdin, and whether their cells are text (csv, tsv)."""
-    kind = _format(path)
-    if path != "-" and not Path(path).is_file():
-        raise MtlError(f"input={path}: cannot read it (no such file); give the file of rows")
-    if kind == "datasets":
-        return _read_dataset(path), False
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MtlError(
-            f"input={path}: cannot read it ({type(err).__name__}); give a readable {kind} file"
-        ) from None
-    if kind in ("csv", "tsv"):
-        try:
-            rows = list(csv.DictReader(io.StringIO(text), delimiter="," if kind == "csv" else "\t"))
-        except csv.Error as err:
-            raise MtlError(f"input={path}: not valid {kind} ({err})") from None
-        return rows, True
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise MtlError(
-                f"input={path}: line {number} is not JSON; give one JSON object per line"
-            ) from None
-        if not isinstance(row, dict):
-            raise MtlError(f"input={path}: line {number} is not a JSON object")
-        rows.append(row)
-    return rows, False
-
-
-def _read_dataset(path: str) -> list[dict]:
-    """The rows of a file in one of training's `FORMATS`, read as training reads it."""
-    import datasets
-
-    suffixes = [s.lower() for s in Path(path).suffixes]
-    suffix = suffixes[-2] if suffixes[-1] in COMPRESSIONS and len(suffixes) > 1 else suffixes[-1]
-    if suffix not in FORMATS:
-        raise MtlError(f"input={path}: unknown file type; use {', '.join(FORMATS)}")
-    builder, options = FORMATS[suffix]
-    bars = not datasets.utils.are_progress_bars_disabled()
-    datasets.utils.disable_progress_bars()
-    try:
-        data = datasets.load_dataset(builder, data_files=[path], split="train", **options)
-    except Exception as err:  # datasets raises many types for malformed files
-        detail = str(err.__cause__ or err).strip().splitlines()
-        raise MtlError(
-            f"input={path}: cannot read it as {builder} ({detail[0] if detail else ''}); "
-            "fix the file"
-        ) from None
-    finally:
-        if bars:
-            datasets.utils.enable_progress_bars()
-    return data.to_list()
-
-
-def _cell(value: Any) -> Any:
-    """A csv cell holding a JSON list or object (choices, answers) as that value."""
-    if isinstance(value, str) and value[:1] in "[{" and value:
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def render(rows: list[dict], kind: str) -> str:
-    if kind == "jsonl":
-        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    buffer = io.StringIO()
-    delimiter = "\t" if kind == "tsv" else ","
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", delimiter=delimiter)
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {
-                k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
-                for k, v in row.items()
-            }
-        )
-    return buffer.getvalue()
-
-
-def write_output(path: str, text: str, overwrite: bool = False, protect=()) -> None:
-    """Write whole or not at all; an existing file only with `overwrite` (`mtl.artifacts`)."""
-    if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    write_file(path, text, overwrite=overwrite, protect=protect)
 
 
 # -- prediction -----------------------------------------------------------------------------------
@@ -236,7 +111,7 @@ def predict_task(
     encoded: dict[str, list] = {}
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
-        values = {c: [_cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
+        values = {c: [cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
         out = task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
         ids = out.get("example_id", range(len(part)))
         out["example_id"] = [start + int(i) for i in ids]
@@ -276,7 +151,7 @@ def predict_task(
             task_type.readable(
                 [outputs[i] for i in model_rows],
                 info.label_names,
-                {c: _cell(row[c]) if from_csv else row[c] for c in row},
+                {c: cell(row[c]) if from_csv else row[c] for c in row},
                 [{k: encoded[k][i] for k in keys} for i in model_rows],
             )
         )
@@ -349,7 +224,7 @@ def run(options: dict[str, Any]) -> None:
             raise MtlError(
                 f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
             )
-    out_kind = _output_format(out_path)
+    out_kind = output_kind(out_path)
     rows, from_csv = read_rows(options["input"])
     if not rows:
         raise MtlError(f"input={options['input']} has no rows; give at least one row to predict")

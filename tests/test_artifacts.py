@@ -468,12 +468,17 @@ def test_predict_output_inside_the_model_is_refused(run_dir, tmp_path, capsys):
         ("tasks file broken", "mtl_tasks.json is unreadable"),
         ("no encoder", "its encoder cannot be read"),
         ("not a model", "not an mtl run or export folder"),
+        ("unknown config key", "task 'synthetic_cls' in mtl_tasks.json is malformed"),
     ],
 )
 def test_load_model_bad_folders_are_one_line(run_dir, tmp_path, case, expected):
     export = shutil.copytree(run_dir / "export", tmp_path / "export")
     if case == "tasks file broken":
         (export / "mtl_tasks.json").write_text("{not json")
+    if case == "unknown config key":
+        meta = json.loads((export / "mtl_tasks.json").read_text())
+        meta["tasks"]["synthetic_cls"]["config"]["colour"] = "red"
+        (export / "mtl_tasks.json").write_text(json.dumps(meta))
     if case == "no encoder":
         (export / "model.safetensors").unlink()
         (export / "config.json").unlink()

@@ -246,6 +246,7 @@ def test_report_bad_run_folders_are_one_line_and_change_nothing(run_dir, tmp_pat
 
     folder = shutil.copytree(run_dir, tmp_path / "run")
     if bad == "figure name is a folder":
+        (folder / "report_dev.png").unlink(missing_ok=True)  # drawn by an earlier test
         (folder / "report_dev.png").mkdir()
         (folder / "report_dev.png" / "mine.txt").write_text("keep")
     else:
