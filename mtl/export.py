@@ -259,3 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mtl: error: {err}", file=sys.stderr)
         sys.exit(2)
     print(out)
+
+
+if __name__ == "__main__":
+    main()
