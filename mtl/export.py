@@ -5,15 +5,22 @@ An export folder holds the encoder and the tokenizer in Hugging Face format (`sa
 (per task: its `TaskConfig`, label names and the head's constructor arguments). The weights come
 from a run folder's best model (else its latest complete checkpoint) or a checkpoint folder;
 the tasks and model settings from the run's `.hydra/config.yaml`. A run writes `<run>/export`
-itself when it ends (`trainer.export`).
+itself when it ends (`trainer.export`). Reading an export back: `mtl.exported`.
 
-Each task also gets `<export>/<task>/`: a standard transformers model (`AutoModelFor...`, with
-its labels) and its tokenizer (`model_max_length` = the task's `max_length`), for
-`transformers.pipeline` and any code that reads such folders (`mtl.export_hf`). A task whose
-head has no transformers counterpart (mean pooling, a head of your own, an encoder that is not
+With `standard=true` each task also gets `<export>/<task>/`: a standard transformers model
+(`AutoModelFor...`, with its labels) and its tokenizer (`model_max_length` = the task's
+`max_length`), for `transformers.pipeline` and any code that reads such folders
+(`mtl.export_hf`). Each holds a copy of the encoder, so they are opt-in. A task whose head has
+no transformers counterpart (mean pooling, a head of your own, an encoder that is not
 BERT-family) gets none, and one line on stderr saying why.
 
-    mtl-export <run folder | checkpoint folder> [out]     (default out: <run>/export)
+The export is written whole or not at all (`mtl.artifacts`): an existing `out` is replaced only
+when it is an earlier export (it holds `mtl_tasks.json`) or with `overwrite=true`; `.`, the run
+folder and the folders holding it are refused. Loading reads `mtl_tasks.json` as data: task
+types, heads and metrics that are not mtl's own need `trust_custom_code=true` (`mtl.trust`).
+
+    mtl-export <run folder | checkpoint folder> [out] [overwrite=false] [standard=false]
+        [trust_custom_code=false]                      (default out: <run>/export)
 """
 
 from __future__ import annotations
@@ -21,41 +28,25 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from mtl.artifacts import check_target, write_folder
 from mtl.errors import MtlError
 from mtl.export_hf import standard_model
+from mtl.exported import (
+    FORMAT,
+    HEADS_FILE,
+    TASKS_FILE,
+    LoadedModel,
+    TaskInfo,
+    is_export,
+    load_export,
+)
+from mtl.trust import check_task
 
-TASKS_FILE = "mtl_tasks.json"
-HEADS_FILE = "heads.safetensors"
-FORMAT = 1
-
-
-@dataclass
-class TaskInfo:
-    """What prediction needs of one task: its type object, label names and config."""
-
-    task_type: Any
-    label_names: list[str] | None
-    config: Any
-
-
-@dataclass
-class LoadedModel:
-    """A trained multi-task model ready to predict: `model` (eval mode), `tokenizer`, `tasks`."""
-
-    model: Any
-    tokenizer: Any
-    tasks: dict[str, TaskInfo]
-
-
-def is_export(path: Path) -> bool:
-    return (Path(path) / TASKS_FILE).is_file()
+__all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
 
 
 def run_folder(path: str | Path) -> Path:
@@ -72,8 +63,9 @@ def run_folder(path: str | Path) -> Path:
     )
 
 
-def trained_model(path: str | Path):
-    """(model with the trained weights, tokenizer, {name: Task}) of a run or checkpoint folder."""
+def trained_model(path: str | Path, *, trust_custom_code: bool = False):
+    """(model with the trained weights, tokenizer, {name: Task}, settings) of a run or checkpoint
+    folder. Task types, heads and metrics that are not mtl's own need `trust_custom_code`."""
     from omegaconf import OmegaConf
 
     from mtl.checkpoint import trained_weights
@@ -89,6 +81,8 @@ def trained_model(path: str | Path):
             "checkpoint); train it longer or give another run"
         ) from None
     cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    for name, task in (cfg.get("task") or {}).items():
+        check_task(name, OmegaConf.to_container(task), trust=trust_custom_code)
     settings = validate(cfg)
     settings = dataclasses.replace(
         settings, model=dataclasses.replace(settings.model, init_from=None)
@@ -107,32 +101,47 @@ def trained_model(path: str | Path):
 
 
 def export_model(
-    run_or_checkpoint: str | Path, out_dir: str | Path, *, standard: bool = True
+    run_or_checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    standard: bool = False,
+    trust_custom_code: bool = False,
+    overwrite: bool = False,
 ) -> Path:
     """Write the export folder of a run (its best model) or checkpoint folder; returns it.
-    `standard`: also a transformers model folder per task (`write_export`)."""
-    model, tokenizer, tasks, settings = trained_model(run_or_checkpoint)
-    return write_export(model, tokenizer, tasks, settings, out_dir, standard=standard)
+    `standard`: also a transformers model folder per task (`write_export`). The run folder, the
+    folders holding it and the checkpoint read are never written; an existing `out_dir` is
+    replaced only if it is an earlier export or with `overwrite`."""
+    source = Path(run_or_checkpoint).expanduser()
+    run = run_folder(source)
+    out = Path(out_dir).expanduser()
+    if source.resolve() != run.resolve() and source.resolve() in out.resolve().parents:
+        raise MtlError(f"out={out_dir} is inside {source}, the checkpoint read; give another path")
+    check = {"what": "out", "overwrite": overwrite, "protect": [run]}
+    check_target(out, folder=True, ours=is_export, **check)  # before the slow part
+    model, tokenizer, tasks, settings = trained_model(source, trust_custom_code=trust_custom_code)
+    return write_export(model, tokenizer, tasks, settings, out, standard=standard, **check)
 
 
-def write_export(model, tokenizer, tasks: dict, settings, out_dir: str | Path, *, standard=True):
-    """The export folder of an in-memory model (eval mode while writing), whole or not at all:
-    written beside `out_dir` as `.tmp-<name>` and renamed into place.
+def write_export(
+    model, tokenizer, tasks: dict, settings, out_dir: str | Path, *, standard=False, **check
+):
+    """The export folder of an in-memory model (eval mode while writing), whole or not at all
+    (`mtl.artifacts.write_folder`: an earlier export there is replaced, anything else only with
+    `overwrite=True`; `check`: its keywords).
 
     With `standard`, each task whose head maps onto a transformers class also gets
     `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
-    line on stderr saying why and what to use instead."""
+    line on stderr saying why and what to use instead. Each such folder holds the encoder once
+    more, so they are made only when asked for."""
     from transformers.utils import logging as hf_logging
 
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = out.parent / f".tmp-{out.name}", out.parent / f".old-{out.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
     was_training = model.training
     model.eval()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # "Writing model shards" once per folder
-    try:
+
+    def fill(tmp: Path) -> None:
         _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
         for name, task in tasks.items() if standard else ():
             config = task.task_type.config
@@ -144,23 +153,18 @@ def write_export(model, tokenizer, tasks: dict, settings, out_dir: str | Path, *
             task_tokenizer = copy.deepcopy(tokenizer)
             task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike
             task_tokenizer.save_pretrained(tmp / name)
-        if out.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
+
+    try:
+        return write_folder(out_dir, fill, ours=is_export, **check)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
         model.train(was_training)
         if bars:
             hf_logging.enable_progress_bar()
-    return out
 
 
 def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
     from safetensors.torch import save_file
 
-    out.mkdir(parents=True)
     model.encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
     heads = {
@@ -190,54 +194,21 @@ def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Pa
     (out / TASKS_FILE).write_text(json.dumps(meta, indent=1))
 
 
-def load_export(path: str | Path) -> LoadedModel:
-    """The model of an export folder (eval mode)."""
-    from safetensors.torch import load_file
-
-    from mtl.config import TaskConfig
-    from mtl.data.tokenizer import load_tokenizer
-    from mtl.models import MultiTaskModel, load_encoder
-    from mtl.task_types import task_type_class
-
-    folder = Path(path)
-    try:
-        meta = json.loads((folder / TASKS_FILE).read_text())
-        spec = meta["tasks"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise MtlError(f"model={path}: {TASKS_FILE} is unreadable; export the run again") from None
-    tokenizer = load_tokenizer(str(folder))
-    encoder = load_encoder(str(folder))
-    heads, tasks = {}, {}
-    for name, entry in spec.items():
-        config = TaskConfig(**entry["config"])
-        task_type = task_type_class(config.type, name)(name, config)
-        h = entry["head"]
-        heads[name] = task_type.make_head(h["hidden_size"], h["num_labels"], h["dropout"])
-        tasks[name] = TaskInfo(task_type, entry["label_names"], config)
-    model = MultiTaskModel(encoder, heads)
-    state = {f"heads.{key}": value for key, value in load_file(folder / HEADS_FILE).items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k.startswith("heads.")]
-    if missing or unexpected:
-        raise MtlError(
-            f"model={path}: {HEADS_FILE} does not match {TASKS_FILE} "
-            f"({(missing or unexpected)[0]!r}); export the run again"
-        )
-    model.eval()
-    return LoadedModel(model, tokenizer, tasks)
-
-
-def load_model(path: str | Path) -> LoadedModel:
+def load_model(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:
     """A trained model from an export folder, or from a run / checkpoint folder (exported to a
     temporary folder first). Returns `.model` (a `MultiTaskModel` in eval mode), `.tokenizer`
-    and `.tasks` ({name: TaskInfo(task_type, label_names, config)})."""
+    and `.tasks` ({name: TaskInfo(task_type, label_names, config)}).
+
+    Loading builds only mtl's own task types, heads and metrics; one of your own (named in the
+    export) needs `trust_custom_code=True`, as it imports and runs that code."""
     p = Path(path).expanduser()
     if is_export(p):
-        return load_export(p)
+        return load_export(p, trust_custom_code=trust_custom_code)
     run_folder(p)  # a one-line error for a folder that is neither
     with tempfile.TemporaryDirectory(prefix="mtl-export-") as tmp:
-        export_model(p, tmp, standard=False)
-        return load_export(tmp)  # weights and tokenizer are read into memory
+        out = Path(tmp) / "export"
+        export_model(p, out, trust_custom_code=trust_custom_code)
+        return load_export(out, trust_custom_code=True)  # checked above; read into memory
 
 
 def quiet() -> None:
@@ -248,18 +219,47 @@ def quiet() -> None:
     hf_logging.disable_progress_bar()
 
 
+USAGE = (
+    "usage: mtl-export <run folder | checkpoint folder> [out] [overwrite=false] "
+    "[standard=false] [trust_custom_code=false]"
+)
+FLAGS = ("overwrite", "standard", "trust_custom_code")
+
+
+def parse_args(args: list[str]) -> tuple[Path, Path | None, dict[str, bool]]:
+    """(source, out or None, flags) of the command line; a one-line MtlError for anything else."""
+    paths, flags = [], dict.fromkeys(FLAGS, False)
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if eq and key in FLAGS:
+            if value.lower() not in ("true", "false"):
+                raise MtlError(f"{key}={value} must be true or false")
+            flags[key] = value.lower() == "true"
+        elif eq and not Path(arg).exists() and "/" not in key:
+            raise MtlError(f"unknown option {arg!r}; {USAGE.removeprefix('usage: ')}")
+        else:
+            paths.append(arg)
+    if not 1 <= len(paths) <= 2 or "" in paths:
+        raise MtlError(f"give a run folder and an optional out folder; {USAGE[7:]}")
+    return Path(paths[0]), Path(paths[1]) if len(paths) > 1 else None, flags
+
+
 def main(argv: list[str] | None = None) -> None:
-    """`mtl-export <run folder | checkpoint folder> [out]`."""
+    """`mtl-export <run folder | checkpoint folder> [out] [key=value ...]`."""
     quiet()
     args = sys.argv[1:] if argv is None else argv
-    if not 1 <= len(args) <= 2 or args[0] in ("-h", "--help"):
-        print("usage: mtl-export <run folder | checkpoint folder> [out]", file=sys.stderr)
-        sys.exit(2)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        sys.exit(0 if args else 2)
     try:
-        source = Path(args[0])
-        out = Path(args[1]) if len(args) > 1 else run_folder(source) / "export"
-        export_model(source, out)
+        source, out, flags = parse_args(args)
+        out = out or run_folder(source) / "export"
+        export_model(source, out, **flags)
     except MtlError as err:
         print(f"mtl: error: {err}", file=sys.stderr)
         sys.exit(2)
     print(out)
+
+
+if __name__ == "__main__":
+    main()

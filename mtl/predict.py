@@ -1,41 +1,45 @@
 """`mtl-predict`: a trained model's predictions for the rows of a file.
 
     mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
-        output=<file or -> [batch_size=32] [overwrite=false]
+        output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false]
 
-Input and output are jsonl (`.jsonl`/`.json`) or csv (`.csv`) by extension, `-` is jsonl on
-stdin/stdout. Each output row is the input row (its fields kept, in input order) plus
-`prediction` and `score` (with several tasks `<task>.prediction` and `<task>.score`): see the
-task types' `readable`. Rows are batched by length (fewer pad tokens), the order restored.
+Input is any file training reads (`mtl.data.sources.FORMATS`: jsonl, json, csv, tsv, parquet,
+txt, optionally compressed); output is jsonl (`.jsonl`/`.json`), csv or tsv by extension; `-`
+is jsonl on stdin/stdout. The output is written whole or not at all, and an existing file only
+with `overwrite=true` (`mtl.artifacts`). A model whose task types or heads are not mtl's own
+loads only with `trust_custom_code=true` (`mtl.trust`). Each output row is the input row (its
+fields kept, in input order) plus `prediction` and `score` (with several tasks
+`<task>.prediction` and `<task>.score`): see the task types' `readable`. Rows are batched by
+length (fewer pad tokens), the order restored.
 Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mtl.artifacts import check_target
 from mtl.errors import MtlError
+from mtl.rows import cell, output_kind, read_rows, render, write_output
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
-    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false]"
+    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false] "
+    "[trust_custom_code=false]"
 )
-KEYS = {"model", "task", "input", "output", "batch_size", "overwrite"}
+KEYS = {"model", "task", "input", "output", "batch_size", "overwrite", "trust_custom_code"}
+FLAGS = ("overwrite", "trust_custom_code")
 CHUNK = 1000  # source rows encoded at a time
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """`key=value` arguments -> options (one-line MtlError for anything else)."""
-    options: dict[str, Any] = {"batch_size": 32, "overwrite": False}
+    options: dict[str, Any] = {"batch_size": 32, "overwrite": False, "trust_custom_code": False}
     for arg in argv:
         key, eq, value = arg.partition("=")
         if not eq or key not in KEYS:
@@ -49,10 +53,11 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         assert options["batch_size"] >= 1
     except (ValueError, AssertionError):
         raise MtlError(f"batch_size={options['batch_size']} must be an integer >= 1") from None
-    overwrite = str(options["overwrite"]).lower()
-    if overwrite not in ("true", "false"):
-        raise MtlError(f"overwrite={options['overwrite']} must be true or false")
-    options["overwrite"] = overwrite == "true"
+    for flag in FLAGS:
+        value = str(options[flag]).lower()
+        if value not in ("true", "false"):
+            raise MtlError(f"{flag}={options[flag]} must be true or false")
+        options[flag] = value == "true"
     task = options["task"].strip()
     names = task[1:-1].split(",") if task.startswith("[") and task.endswith("]") else [task]
     options["task"] = [n.strip() for n in names if n.strip()]
@@ -62,93 +67,6 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 # -- files ----------------------------------------------------------------------------------------
-
-
-def _format(path: str) -> str:
-    if path == "-":
-        return "jsonl"
-    suffix = Path(path).suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return "jsonl"
-    if suffix == ".csv":
-        return "csv"
-    raise MtlError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json or .csv (or -)")
-
-
-def read_rows(path: str) -> tuple[list[dict], bool]:
-    """The rows of a jsonl/csv file or stdin, and whether they came from csv (string cells)."""
-    kind = _format(path)
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MtlError(
-            f"input={path}: cannot read it ({type(err).__name__}); give a readable "
-            "jsonl or csv file"
-        ) from None
-    if kind == "csv":
-        try:
-            rows = list(csv.DictReader(io.StringIO(text)))
-        except csv.Error as err:
-            raise MtlError(f"input={path}: not valid csv ({err})") from None
-        return rows, True
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise MtlError(
-                f"input={path}: line {number} is not JSON; give one JSON object per line"
-            ) from None
-        if not isinstance(row, dict):
-            raise MtlError(f"input={path}: line {number} is not a JSON object")
-        rows.append(row)
-    return rows, False
-
-
-def _cell(value: Any) -> Any:
-    """A csv cell holding a JSON list or object (choices, answers) as that value."""
-    if isinstance(value, str) and value[:1] in "[{" and value:
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def render(rows: list[dict], kind: str) -> str:
-    if kind == "jsonl":
-        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {
-                k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
-                for k, v in row.items()
-            }
-        )
-    return buffer.getvalue()
-
-
-def write_output(path: str, text: str) -> None:
-    """Write whole or not at all (a temporary file renamed into place)."""
-    if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # -- prediction -----------------------------------------------------------------------------------
@@ -193,7 +111,7 @@ def predict_task(
     encoded: dict[str, list] = {}
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
-        values = {c: [_cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
+        values = {c: [cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
         out = task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
         ids = out.get("example_id", range(len(part)))
         out["example_id"] = [start + int(i) for i in ids]
@@ -233,7 +151,7 @@ def predict_task(
             task_type.readable(
                 [outputs[i] for i in model_rows],
                 info.label_names,
-                {c: _cell(row[c]) if from_csv else row[c] for c in row},
+                {c: cell(row[c]) if from_csv else row[c] for c in row},
                 [{k: encoded[k][i] for k in keys} for i in model_rows],
             )
         )
@@ -277,7 +195,7 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
                 out = predict_rows(loaded, [name], rows.to_list())
                 path = Path(run_dir) / "predictions" / f"{name}.{split}.jsonl"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_output(str(path), render(out, "jsonl"))
+                write_output(str(path), render(out, "jsonl"), overwrite=True)  # the run's own
                 written.append(path)
     finally:
         model.train(was_training)
@@ -287,18 +205,30 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
 def run(options: dict[str, Any]) -> None:
     import torch
 
-    from mtl.export import load_model
+    from mtl.export import is_export, load_model, run_folder
 
     out_path = options["output"]
-    out_kind = _format(out_path)
+    model = Path(options["model"]).expanduser()
+    if not model.is_dir():
+        raise MtlError(f"model={model}: no such folder; give an mtl run folder or export folder")
+    if not is_export(model):
+        run_folder(model)  # a one-line error for a folder that is neither
+    check = {"overwrite": options["overwrite"], "protect": [model]}
     if out_path != "-":
-        target = Path(out_path)
-        if target.exists() and not options["overwrite"]:
-            raise MtlError(f"output={out_path} exists; give overwrite=true or another path")
-        if not target.parent.is_dir():
-            raise MtlError(f"output={out_path}: no folder {target.parent}; create it first")
+        check_target(out_path, **check)
+        real = Path(out_path).resolve()
+        if options["input"] != "-" and real == Path(options["input"]).resolve():
+            raise MtlError(f"output={out_path} is the input file; give another output path")
+        inside = [p for p in real.parents if is_export(p) or p.name == "checkpoints"]
+        if inside:
+            raise MtlError(
+                f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
+            )
+    out_kind = output_kind(out_path)
     rows, from_csv = read_rows(options["input"])
-    loaded = load_model(options["model"])
+    if not rows:
+        raise MtlError(f"input={options['input']} has no rows; give at least one row to predict")
+    loaded = load_model(model, trust_custom_code=options["trust_custom_code"])
     for name in options["task"]:
         if name not in loaded.tasks:
             raise MtlError(
@@ -316,7 +246,7 @@ def run(options: dict[str, Any]) -> None:
         from_csv=from_csv,
         progress=out_path != "-",
     )
-    write_output(out_path, render(out, out_kind))
+    write_output(out_path, render(out, out_kind), **check)
 
 
 def main(argv: list[str] | None = None) -> None:

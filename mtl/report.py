@@ -12,7 +12,8 @@ coloured within its column). A job's monitored value is `best[monitor]` of its `
 when that names one, else the mean of each task's first dev metric at the last evaluation. Jobs
 are named by the overrides that differ between them (`.hydra/overrides.yaml`).
 
-The figures are written into the folder; their paths are printed one per line.
+The figures are written into the folder, each whole (`mtl.artifacts`), replacing those of an
+earlier report; their paths are printed one per line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from mtl.artifacts import check_target, write_file
 from mtl.errors import MtlError
 from mtl.logging import LOWER_IS_BETTER
 
@@ -39,8 +41,12 @@ PANEL_W, PANEL_H = 4.6, 3.0
 
 def read_rows(path: Path) -> list[dict]:
     """The lines of a `metrics.jsonl`; a truncated last line (a run that was killed) is skipped."""
+    try:  # a line cut inside a character is skipped like any other cut line
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise MtlError(f"{path}: cannot read it ({type(err).__name__})") from None
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
@@ -306,11 +312,11 @@ def report(folder: str | Path) -> list[Path]:
             "folders with metrics.jsonl or results.json); pass outputs/runs/<day>/<time> or "
             "outputs/multirun/<day>/<time>"
         )
-    paths = []
-    for stem, fig in figures.items():
-        path = folder / f"{stem}.png"
-        fig.savefig(path, dpi=110)
-        paths.append(path)
+    # report_*.png are mtl-report's own names: drawing again replaces them, each whole; a
+    # folder of that name (or the current folder) is refused before any figure is written
+    paths = [check_target(folder / f"{stem}.png", overwrite=True) for stem in figures]
+    for path, fig in zip(paths, figures.values(), strict=True):
+        write_file(path, lambda f, fig=fig: fig.savefig(f, format="png", dpi=110), overwrite=True)
     return paths
 
 

@@ -24,6 +24,7 @@ inside a multirun, so the other jobs run on and the row carries the error.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -38,6 +39,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from mtl.artifacts import write_file
 from mtl.distributed import LAUNCH_TIME_ENV, env_rank, launch_time
 from mtl.errors import MtlError
 
@@ -133,9 +135,12 @@ def write_summary(sweep_dir: Path, filename: str = "summary") -> Path:
         rows = summary_rows(sweep_dir)
         columns = summary_columns(rows)
         csv_path = sweep_dir / f"{filename}.csv"
-        _replace(csv_path, lambda f: _write_csv(f, rows, columns))
+        table = io.StringIO()
+        _write_csv(table, rows, columns)
+        # summary.csv/.md are the sweep's own names: each job's end rewrites them, whole
+        write_file(csv_path, table.getvalue(), overwrite=True)
         md_path = sweep_dir / f"{filename}.md"
-        _replace(md_path, lambda f: f.write(markdown(rows, columns)))
+        write_file(md_path, markdown(rows, columns), overwrite=True)
     return md_path
 
 
@@ -282,13 +287,6 @@ def _md(column: str, value: Any) -> str:
             return f"{value:.0f}"
         return f"{value:.4f}"
     return str(value).replace("|", "\\|")
-
-
-def _replace(path: Path, write) -> None:  # noqa: ANN001
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        write(f)
-    os.replace(tmp, path)
 
 
 def _read_json(path: Path) -> dict | None:

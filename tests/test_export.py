@@ -11,6 +11,7 @@ import torch
 from datasets import Dataset
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
@@ -114,12 +115,28 @@ def files(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run_dir(files, tmp_path_factory) -> Path:
-    """A run of 4 steps on every task type with the default trainer settings (export on)."""
+def default_export(files, tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """A run of 4 steps on every task type with the default trainer settings (export on), and
+    its end-of-run export's files and sizes before the standard export below replaces it."""
     from mtl.train import run
 
     out = tmp_path_factory.mktemp("export") / "run"
-    run(make_cfg(files, out, f"task=[{','.join(TASKS)}]"))
+    cfg = make_cfg(files, out, f"task=[{','.join(TASKS)}]")
+    run(cfg)
+    (out / ".hydra").mkdir()  # what Hydra saves beside a run launched by train.py
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
+    export = out / "export"
+    sizes = {p.relative_to(export).as_posix(): p.stat().st_size for p in export.rglob("*")}
+    return out, sizes
+
+
+@pytest.fixture(scope="module")
+def run_dir(default_export) -> Path:
+    """That run, exported again with the per-task standard models, over its own export."""
+    from mtl.export import main as export_main
+
+    out, _ = default_export
+    export_main([str(out), str(out / "export"), "standard=true"])
     return out
 
 
@@ -159,7 +176,14 @@ def hf_logits(model, name: str, batch: dict) -> torch.Tensor:
     return out.logits
 
 
-def test_end_of_run_export_has_every_task_folder(run_dir):
+def test_end_of_run_export_holds_the_encoder_once(default_export):
+    _, sizes = default_export
+    assert {"mtl_tasks.json", "heads.safetensors", "model.safetensors"} <= set(sizes)
+    assert not any("/" in name for name in sizes)  # no per-task folders unless asked for
+    assert not any(name.split("/")[0] in TASKS for name in sizes)
+
+
+def test_standard_export_has_every_task_folder(run_dir):
     export = run_dir / "export"
     meta = json.loads((export / "mtl_tasks.json").read_text())
     assert set(meta["tasks"]) == set(TASKS)
@@ -319,7 +343,7 @@ def test_heads_without_a_transformers_class_are_skipped_with_one_line(files, tmp
     tasks, tokenizer = build_tasks(settings, 0)
     model = build_model(settings, tasks)
     capsys.readouterr()
-    out = write_export(model, tokenizer, tasks, settings, tmp_path / "export")
+    out = write_export(model, tokenizer, tasks, settings, tmp_path / "export", standard=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
         "mtl: export: task 'mean_cls': head pools by mean; no standard transformers class "

@@ -221,3 +221,37 @@ def test_wandb_summary_holds_the_best_dev_value_and_the_lowest_loss(run_dir):
             assert summary[key] == {"max": pytest.approx(max(values)), "last": values[-1]}, key
         else:
             assert summary[key] == {"last": pytest.approx(values[-1])}, key
+
+
+def test_report_again_replaces_its_figures_and_writes_nothing_else(run_dir, tmp_path, capsys):
+    import shutil
+
+    folder = shutil.copytree(run_dir, tmp_path / "run")
+    main([str(folder)])
+    first = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    main([str(folder)])
+    printed = capsys.readouterr().out.split()
+    assert len(printed) == 8 and {p.name for p in folder.iterdir()} == set(first)
+    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[4:])
+
+
+@pytest.mark.parametrize("bad", ["figure name is a folder", "metrics not utf-8"])
+def test_report_bad_run_folders_are_one_line_and_change_nothing(run_dir, tmp_path, capsys, bad):
+    import shutil
+
+    folder = shutil.copytree(run_dir, tmp_path / "run")
+    if bad == "figure name is a folder":
+        (folder / "report_dev.png").unlink(missing_ok=True)  # drawn by an earlier test
+        (folder / "report_dev.png").mkdir()
+        (folder / "report_dev.png" / "mine.txt").write_text("keep")
+    else:
+        (folder / "metrics.jsonl").write_bytes(b"\xff\xfe\x00not text")
+    before = {p.relative_to(tmp_path): p.read_bytes() if p.is_file() else None
+              for p in tmp_path.rglob("*")}  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        main([str(folder)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("mtl: error: ") and err.count("\n") == 1
+    after = {p.relative_to(tmp_path): p.read_bytes() if p.is_file() else None
+             for p in tmp_path.rglob("*")}  # fmt: skip
+    assert after == before

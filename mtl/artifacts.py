@@ -1,0 +1,192 @@
+"""Writing what a command makes on disk: whole or not at all, and never over what it did not make.
+
+Every path a command writes (an export folder, predictions, figures, sweep summaries) goes
+through `write_folder` or `write_file`: the content is written beside the target as a hidden
+temporary sibling and renamed into place, so a reader (or a kill) sees the old content or the
+new, never a mix. A target that exists is replaced only when the caller says so (`overwrite`:
+the user's `overwrite=true`, or a name the command owns) or when `ours(target)` recognises it as
+an earlier output of the same kind (an export by its `mtl_tasks.json`). The current folder, a
+folder that holds it, and the `protect`ed folders (the run being read) and their ancestors are
+never written, whatever `overwrite` says.
+
+On Linux the final rename is `renameat2`: `RENAME_NOREPLACE` for a new target (a folder that
+appeared meanwhile is not replaced) and `RENAME_EXCHANGE` to swap a new folder for an old one in
+one step; elsewhere plain renames do the same with a short window between two of them. A write
+killed half way leaves its hidden `.<name>.tmp-<host>-<pid>-*` folder; the next write of the same
+target on that host deletes it once that process is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import glob
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mtl.errors import MtlError
+
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+
+
+def check_target(
+    path: str | Path,
+    *,
+    what: str = "output",
+    folder: bool = False,
+    overwrite: bool = False,
+    ours: Callable[[Path], bool] | None = None,
+    protect: Iterable[str | Path] = (),
+) -> Path:
+    """`path` if a command may write it, else a one-line MtlError naming why and the fix.
+
+    `folder`: the output is a folder (a file there is refused even with `overwrite`).
+    `what` names the argument in messages (`output=`, `out`)."""
+    target = Path(path).expanduser()
+    real = target.resolve()
+    if _holds(real, Path.cwd().resolve()):
+        raise MtlError(
+            f"{what}={path} is the current folder or holds it; give a new path, e.g. ./export"
+        )
+    for kept in protect:
+        if _holds(real, Path(kept).resolve()):
+            raise MtlError(
+                f"{what}={path} is {kept} or holds it (the folder being read); give another path"
+            )
+    if not real.parent.is_dir():
+        raise MtlError(f"{what}={path}: no folder {target.parent}; create it first")
+    if not (target.exists() or target.is_symlink()):
+        return target
+    if folder and not target.is_dir():
+        raise MtlError(f"{what}={path} is a file, and this writes a folder; give another path")
+    if not folder and target.is_dir():
+        raise MtlError(f"{what}={path} is a folder, and this writes a file; give a file path")
+    if overwrite or (ours is not None and ours(target)):
+        return target
+    raise MtlError(f"{what}={path} exists; give overwrite=true to replace it, or another path")
+
+
+def write_folder(path: str | Path, fill: Callable[[Path], None], **check) -> Path:
+    """Make folder `path` whole or not at all: `fill(tmp)` writes into a new hidden sibling,
+    which then takes the place of `path` (an old folder there is deleted only after the swap).
+    `check`: the keywords of `check_target`, which runs first."""
+    target = check_target(path, folder=True, **check)
+    _remove_abandoned(target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_tmp_prefix(target, os.getpid())))
+    try:
+        fill(tmp)
+        _sync_tree(tmp)
+        if target.exists():
+            _swap(tmp, target)  # tmp now holds the old folder
+        else:
+            _rename_new(tmp, target)
+        _fsync(target.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def write_file(path: str | Path, data: str | bytes | Callable, **check) -> Path:
+    """Make file `path` whole or not at all: `data` (text, bytes, or `data(f)` writing to a
+    binary file object) goes to a hidden sibling renamed into place. `check`: as `write_folder`."""
+    target = check_target(path, folder=False, **check)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.tmp-")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists() or target.is_symlink():
+            os.replace(tmp, target)
+        else:
+            _rename_new(tmp, target)
+        _fsync(target.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _tmp_prefix(target: Path, pid: int) -> str:
+    return f".{target.name}.tmp-{socket.gethostname()}-{pid}-"
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Delete the temporary folders of writes of `target` whose process (on this host) is gone:
+    a killed export leaves one, as big as the export."""
+    for path in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        pid = path.name.removeprefix(_tmp_prefix(target, 0)[:-2]).split("-")[0]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holds(folder: Path, inner: Path) -> bool:
+    """Whether `folder` is `inner` or one of its ancestors (both resolved)."""
+    return folder == inner or folder in inner.parents
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2(2); False where the system or file system lacks it (the caller falls back)."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is None:
+        return False
+    if function(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(dst))
+
+
+def _rename_new(tmp: Path, target: Path) -> None:
+    try:
+        if _renameat2(tmp, target, RENAME_NOREPLACE):
+            return
+    except FileExistsError:
+        raise MtlError(f"{target} appeared while it was being written; run again") from None
+    if target.exists():
+        raise MtlError(f"{target} appeared while it was being written; run again")
+    os.rename(tmp, target)
+
+
+def _swap(tmp: Path, target: Path) -> None:
+    """Exchange folders `tmp` (new) and `target` (old): afterwards `tmp` holds the old one."""
+    if _renameat2(tmp, target, RENAME_EXCHANGE):
+        return
+    aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
+    os.replace(target, aside / "old")
+    os.rename(tmp, target)
+    os.rename(aside, tmp)
+
+
+def _sync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            _fsync(path)
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
