@@ -1,7 +1,7 @@
 """Time per collate of one batch (32 examples, lengths lognormal with mean ~60, max 256).
 
 Rows (sequence classification, pad id 0; all produce input_ids + attention_mask + labels):
-- `mtl_packed`: `mtl.data.collators.make_collator` on a `PackedRows` (the rows end to end, what
+- `mtl_packed`: `mtl.batching.collators.make_collator` on a `PackedRows` (the rows end to end, what
   the training datasets' `__getitems__` hands the DataLoader);
 - `mtl_dicts`: the same collator on a list of per-example dicts (it packs them first);
 - `naive_pad_sequence`: one tensor per example, then `torch.nn.utils.rnn.pad_sequence` for ids
@@ -26,7 +26,7 @@ import torch
 from harness import best_of, emit, parser, table
 from torch.nn.utils.rnn import pad_sequence
 
-from mtl.data.collators import PackedRows, make_collator
+from mtl.batching.collators import PackedRows, make_collator
 
 BATCH_SIZE = 32
 

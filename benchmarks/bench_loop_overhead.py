@@ -4,7 +4,7 @@ Both train the tiny random BERT (`model=tiny`: a step costs little, so the loop'
 cost shows) on one task (default `pydoc_topic`) for `--steps` optimizer steps, on the same
 batches in the same order; peer: the bare loop.
 
-- mtl: the real `mtl.train.run` on the composed config (`model=tiny logger=none
+- mtl: the real `mtl.training.loop.run` on the composed config (`model=tiny logger=none
   trainer.progress_bar=false task=[<task>] trainer.epochs=1 loader.steps_per_epoch=<steps>`, the
   default loader, sampler and trainer settings otherwise): accelerate's prepared model, optimizer
   and scheduler, the composite loader, loss sums and task shares, a logged window every
@@ -20,7 +20,7 @@ batches in the same order; peer: the bare loop.
   each window loss mtl logged equals the bare loop's mean loss over those steps ("same losses").
 
 Timed: a timestamp each time the loop asks for its next batch (for mtl by wrapping
-`mtl.train.guarded`) and one after the last step; steady state = from the start of step
+`mtl.training.loop.guarded`) and one after the last step; steady state = from the start of step
 `--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in pairs
 (`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or slows
 down over the runs favours neither; the ratio is the median of the pairs' ratios.
@@ -77,7 +77,7 @@ def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
 
 def run_mtl(cfg) -> tuple[LoopClock, list[tuple[int, float]]]:
     """The steps' clock, and the (step, loss) of every window mtl logged."""
-    from mtl.train import run
+    from mtl.training.loop import run
 
     with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
         run(cfg)
@@ -92,8 +92,8 @@ def run_bare(cfg, steps: int) -> tuple[LoopClock, list[float]]:
     from transformers import get_linear_schedule_with_warmup
 
     from mtl.config import validate
-    from mtl.registry import build_model, build_tasks, build_train_loaders
-    from mtl.train import make_optimizer, param_groups
+    from mtl.training.build import build_model, build_tasks, build_train_loaders
+    from mtl.training.loop import make_optimizer, param_groups
 
     settings = validate(cfg)
     t = settings.trainer

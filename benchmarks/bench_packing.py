@@ -22,7 +22,7 @@ import torch
 from harness import QUICK_MIXUP, emit, first_steps, parser, table
 
 from mtl.models.packing import Packing
-from mtl.registry import build_model
+from mtl.training.build import build_model
 
 
 def timed_step(model, batch, pack) -> tuple[float, float]:

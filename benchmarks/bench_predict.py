@@ -1,11 +1,11 @@
 """Prediction speed of `mtl-predict`: length-sorted batches vs batches in input order.
 
-Model: the packaged all-MiniLM-L6-v2 encoder with a fresh (untrained) pydoc_topic
-classification head; weights do not change the speed. Data: 2,000 bundled pydoc paragraphs
+Model: the packaged all-MiniLM-L6-v2 encoder with a fresh (untrained) pydoc_topic classification
+head; weights do not change the speed. Data: 2,000 bundled pydoc paragraphs
 (`mtl.data.bundled.pydoc_paragraphs`, 1,833 of them, the list repeated to 2,000), task config
-`pydoc_topic` (max_length 256). Both rows run `mtl.predict.predict_task` (encoding, batching,
-model, readable predictions) on the same rows, batch 32, on the GPU when there is one; each
-first runs one warm-up batch, then the best of `--rounds`. Prints one table and one JSON line.
+`pydoc_topic` (max_length 256). Both rows run `mtl.inference.predict.predict_task` (encoding,
+batching, model, readable predictions) on the same rows, batch 32, on the GPU when there is one;
+each first runs one warm-up batch, then the best of `--rounds`. Prints one table and one JSON line.
 `--quick`: 64 paragraphs, one round (a smoke run for tests).
 
     python benchmarks/bench_predict.py [--quick] [--rows 2000] [--rounds 2] [--batch-size 32]
@@ -23,7 +23,7 @@ def build(device):
     from mtl.config import TaskConfig
     from mtl.data.bundled import pydoc_paragraphs
     from mtl.data.tokenizer import load_tokenizer
-    from mtl.export import LoadedModel, TaskInfo
+    from mtl.inference.export import LoadedModel, TaskInfo
     from mtl.models import MultiTaskModel, load_encoder
     from mtl.task_types import SequenceClassification
 
@@ -47,7 +47,7 @@ def main() -> None:
     args.add_argument("--rounds", type=int, default=2)
     args.add_argument("--batch-size", type=int, default=32)
     args = args.parse_args()
-    from mtl.predict import predict_task
+    from mtl.inference.predict import predict_task
 
     quiet_transformers()
     n, rounds = (64, 1) if args.quick else (args.rows, args.rounds)

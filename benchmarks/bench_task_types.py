@@ -1,7 +1,7 @@
 """Padding efficiency and collate time of the task types whose rows are not one short text:
 sentence pairs (pydoc_pair), multiple choice (pydoc_choice) and extractive QA (pydoc_qa).
 
-For each task, built as its YAML in `mtl/conf/task/` says (packaged MiniLM tokenizer), one epoch
+For each task, built as its YAML in `conf/task/` says (packaged MiniLM tokenizer), one epoch
 of its train split batched at the YAML's batch size by `random` (RandomBatchSampler) and by
 `block_shuffle` (BlockShuffleBatchSampler, sort_bs_num=50, the default), collated by the task's
 own collator as training does. Padding efficiency: non-pad tokens / padded tokens of the

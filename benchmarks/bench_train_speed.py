@@ -2,17 +2,19 @@
 
 Each run composes the real Hydra config (as `train.py` would; see tests/conftest.py) with
 `logger=none trainer.progress_bar=false task=[<tasks>] trainer.epochs=<epochs> sampler=<s>`, the
-default model (MiniLM) unless `--quick` (`model=tiny`, few examples), and calls `mtl.train.run`
-in-process on the CPU with `torch.set_num_threads(2)`. Same data, seed and number of epochs for
-both samplers, so both take the same number of steps (one task: ceil(examples / 32) per epoch).
-Runs are interleaved A B A B ... (`--repeats` pairs) so a busy machine slows both alike.
+default model (MiniLM) unless `--quick` (`model=tiny`, few examples), and calls
+`mtl.training.loop.run` in-process on the CPU with `torch.set_num_threads(2)`. Same data, seed and
+number of epochs for both samplers, so both take the same number of steps (one task: ceil(examples /
+32) per epoch). Runs are interleaved A B A B ... (`--repeats` pairs) so a busy machine slows both
+alike.
 
 Timed: the training loop only, i.e. from the start to the end of each epoch's iteration over the
-loader (data loading, forward, backward, optimizer, logging), by wrapping `mtl.train.guarded`
-(`harness.LoopClock`); setup (tokenizing, model load), evaluation and checkpointing are left
-out. examples/s = training examples drawn / seconds. Dev metric: the task's main metric after
-the last epoch (the value `run()` returns). Peer: the random sampler (plain shuffled batches)
-in the same loop. Goal: block_shuffle >= 2.5x the examples/s of random, dev metric within 1 point.
+loader (data loading, forward, backward, optimizer, logging), by wrapping
+`mtl.training.loop.guarded` (`harness.LoopClock`); setup (tokenizing, model load), evaluation and
+checkpointing are left out. examples/s = training examples drawn / seconds. Dev metric: the task's
+main metric after the last epoch (the value `run()` returns). Peer: the random sampler (plain
+shuffled batches) in the same loop. Goal: block_shuffle >= 2.5x the examples/s of random, dev metric
+within 1 point.
 
     python benchmarks/bench_train_speed.py [--tasks pydoc_topic] [--epochs 1] [--repeats 2]
         [--max-examples N] [--plot docs/train_speed.png] [--quick]
@@ -47,7 +49,7 @@ SAMPLERS = ("random", "block_shuffle")  # baseline, candidate (--samplers change
 def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
     """`sampler` is a config name, optionally with its options: `token_budget:max_tokens=1632`."""
     name, _, options = sampler.partition(":")
-    from mtl.train import run
+    from mtl.training.loop import run
 
     overrides = [
         "logger=none",

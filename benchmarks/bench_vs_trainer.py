@@ -3,17 +3,17 @@
 One sequence classification task (default `pydoc_topic`), the same model, data, batch size,
 epochs, learning rate, max_length and seed for both; peer: transformers' `Trainer`.
 
-- mtl: the real `mtl.train.run` on the composed config (as `train.py` would; see
+- mtl: the real `mtl.training.loop.run` on the composed config (as `train.py` would; see
   benchmarks/bench_train_speed.py) with `logger=none trainer.progress_bar=false task=[<task>]
   trainer.epochs=<epochs> trainer.lr=<lr> trainer.head_lr=<lr> trainer.warmup_ratio=0` and the
   default sampler (block_shuffle) and loader. mtl always evaluates after each epoch; that, setup
   (tokenizing, model load) and the final checkpoint are not timed. Timed: every epoch's pass over
   the loader (data, forward, backward, optimizer, logging every `trainer.log_every` steps), by
-  wrapping `mtl.train.guarded` (`harness.LoopClock`).
+  wrapping `mtl.training.loop.guarded` (`harness.LoopClock`).
 - Trainer: `AutoModelForSequenceClassification.from_pretrained(<the packaged MiniLM>)` (BERT's
   pooler -> dropout -> linear, exactly mtl's sentence head; `model=tiny` with `--quick`: the same
   tiny config, randomly initialised) on the train/dev rows of the task built by mtl's own data
-  layer (`mtl.registry.build_tasks`: the same examples and token ids), converted to a
+  layer (`mtl.training.build.build_tasks`: the same examples and token ids), converted to a
   `datasets.Dataset` (input_ids, attention_mask, token_type_ids, labels). Its fastest settings:
   length-grouped batches (`group_by_length`, or `train_sampling_strategy="group_by_length"` in
   transformers 5), `optim="adamw_torch_fused"` where this torch has fused AdamW on the device
@@ -73,7 +73,7 @@ def overrides(args: argparse.Namespace, out_dir: Path, cuda: bool) -> list[str]:
 
 
 def run_mtl(cfg, task: str) -> dict:
-    from mtl.train import run
+    from mtl.training.loop import run
 
     start = time.perf_counter()
     with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
@@ -173,7 +173,7 @@ def run_trainer(cfg, task: str, out_dir: Path, cuda: bool) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, set_seed
 
     from mtl.config import validate
-    from mtl.registry import build_tasks
+    from mtl.training.build import build_tasks
 
     class CountingTrainer(Trainer):
         """Counts the training examples it steps on."""

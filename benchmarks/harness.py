@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "mtl" / "conf"
+CONF = ROOT / "conf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
@@ -102,8 +102,8 @@ def best_of(rows: dict[str, Callable[[], int]], rounds: int) -> dict[str, float]
 
 class LoopClock:
     """Stamps the training loop's batch requests while in a `with` block (it wraps
-    `mtl.train.guarded`, the iterator the loop draws its batches from), and keeps each batch's
-    size and example ids; `wrap` does the same for any loop's batches."""
+    `mtl.training.loop.guarded`, the iterator the loop draws its batches from), and keeps each
+    batch's size and example ids; `wrap` does the same for any loop's batches."""
 
     def __init__(self) -> None:
         self.marks: list[float] = []  # when step i asked for its batch
@@ -148,16 +148,18 @@ class LoopClock:
         }
 
     def __enter__(self) -> LoopClock:
-        import mtl.train
+        import mtl.training.loop
 
-        self.original = mtl.train.guarded
-        mtl.train.guarded = lambda loader, *a, **k: self.wrap(self.original(loader, *a, **k))
+        self.original = mtl.training.loop.guarded
+        mtl.training.loop.guarded = lambda loader, *a, **k: self.wrap(
+            self.original(loader, *a, **k)
+        )
         return self
 
     def __exit__(self, *exc) -> None:
-        import mtl.train
+        import mtl.training.loop
 
-        mtl.train.guarded = self.original
+        mtl.training.loop.guarded = self.original
 
 
 @contextlib.contextmanager
@@ -215,7 +217,7 @@ def compose(overrides: list[str]):
 def first_steps(overrides: list[str], steps: int):
     """(settings, tasks, batches): the first `steps` batches a run of `overrides` trains on."""
     from mtl.config import validate
-    from mtl.registry import build_composite_loader, build_tasks, build_train_loaders
+    from mtl.training.build import build_composite_loader, build_tasks, build_train_loaders
 
     cfg = compose(["output_dir=/tmp/mtl_benchmarks", "logger=none", *overrides])
     settings = validate(cfg)

@@ -2,7 +2,7 @@
 buys.
 
 Everything comes from commands a user can type: Hydra multirun sweeps of the real `train.py`
-(run here as subprocesses), each leaving `summary.csv` (mtl.sweep.SweepSummary), plus two
+(run here as subprocesses), each leaving `summary.csv` (mtl.reporting.sweep.SweepSummary), plus two
 benchmarks (run as commands too). This script runs them, reads the summaries and writes
 `study.md` and its plots.
 

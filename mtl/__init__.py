@@ -4,10 +4,10 @@ __version__ = "0.1.0"
 
 
 def load_model(path, *, trust_custom_code: bool = False):
-    """A trained model from an export or run folder (see `mtl.export.load_model`). Only mtl's
-    own task types and heads are built unless `trust_custom_code=True` (it imports and runs the
-    code that the model's `mtl_tasks.json` names)."""
-    from mtl.export import load_model as load
+    """A trained model from an export or run folder (see `mtl.inference.export.load_model`).
+    Only mtl's own task types and heads are built unless `trust_custom_code=True` (it imports and
+    runs the code that the model's `mtl_tasks.json` names)."""
+    from mtl.inference.export import load_model as load
 
     return load(path, trust_custom_code=trust_custom_code)
 

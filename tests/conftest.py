@@ -24,7 +24,7 @@ def make_cfg(tmp_path):
     def make(*overrides: str, output_dir: Path | None = None):
         GlobalHydra.instance().clear()
         register_configs()
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "mtl" / "conf")):
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
             return compose(
                 "config",
                 overrides=[

@@ -20,11 +20,11 @@ from mtl.config import register_configs, validate
 from mtl.data import build_task, load_tokenizer
 from mtl.data.sources import read_source
 from mtl.errors import MtlError
-from mtl.evaluate import evaluate
 from mtl.task_types import BUILTIN
-from mtl.train import run
+from mtl.training.evaluate import evaluate
+from mtl.training.loop import run
 
-CONF = Path(__file__).resolve().parents[1] / "mtl" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 WORDS = "the a cat dog sat ran on under mat hill red blue quickly slowly".split()
 
 # The columns of each hub dataset, as its dataset card lists them (what the fixtures hold).

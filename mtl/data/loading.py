@@ -17,7 +17,7 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from mtl.data.collators import PackedRows
+from mtl.batching.collators import PackedRows
 from mtl.data.tasks import Task
 from mtl.errors import MtlError
 

@@ -1,7 +1,7 @@
 """Composite loaders: mix the batches of several task loaders into one stream of steps.
 
 `build_loader(name, loaders, **options)` builds one by its config name (`loader=<name>`):
-sequential, round_robin, random, mixup, or any name under `mtl/conf/loader/`, whose `_target_`
+sequential, round_robin, random, mixup, or any name under `conf/loader/`, whose `_target_`
 names the class. See each class for its exact epoch contract, and `docs/extending.md` to write
 your own.
 """
@@ -9,12 +9,12 @@ your own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from importlib.resources import files
 from typing import Any
 
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from mtl.artifacts import config_dir
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
 from mtl.loaders.dry_run import dry_run
@@ -25,17 +25,17 @@ from mtl.loaders.sequential import SequentialLoader
 
 
 def loader_names() -> list[str]:
-    """The loader options shipped with mtl (the files of `mtl/conf/loader/`)."""
-    folder = files("mtl.conf") / "loader"
+    """The loader options shipped with mtl (the files of `conf/loader/`)."""
+    folder = config_dir() / "loader"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def loader_class(name: str) -> type[CompositeLoader]:
-    """The class `loader=<name>` selects: the `_target_` of `mtl/conf/loader/<name>.yaml`."""
+    """The class `loader=<name>` selects: the `_target_` of `conf/loader/<name>.yaml`."""
     names = loader_names()
     if name not in names:
         raise MtlError(f"loader: unknown name {name!r}; use one of {', '.join(names)}")
-    node = OmegaConf.load(str(files("mtl.conf") / "loader" / f"{name}.yaml"))
+    node = OmegaConf.load(str(config_dir() / "loader" / f"{name}.yaml"))
     return get_class(node._target_)
 
 

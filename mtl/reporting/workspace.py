@@ -14,7 +14,8 @@ is `step`, the optimizer step mtl logs with every figure.
 (`.hydra/config.yaml`, `metrics.jsonl`) or a sweep folder (its jobs' overrides); `--tasks` names
 the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `--monitor`, else
 the `monitor` of the run's `results.json`, else each task's main dev metric. Its best value is
-the run summary's `<key>.max` (`.min` for losses and errors; see `mtl.logging.summary_of`).
+the run summary's `<key>.max` (`.min` for losses and errors; see
+`mtl.training.tracking.summary_of`).
 
 `--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
 `wandb-workspaces` (`pip install 'mtl[dashboards]'`) and saved as a new view of the project
@@ -32,8 +33,8 @@ import yaml
 from hydra.utils import get_class
 
 from mtl.errors import MtlError
-from mtl.logging import summary_of
 from mtl.task_types import BUILTIN
+from mtl.training.tracking import summary_of
 
 DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
 

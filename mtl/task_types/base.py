@@ -77,7 +77,7 @@ class TaskType:
     def collator(self, pad_token_id: int, pad_to_multiple_of: int | None = None):
         """Pads this task's rows into a batch (`mtl.data.TaskCollator` by default). A batch has
         `input_ids`, `attention_mask`, `labels`, `task`, `example_ids`, `num_tokens`."""
-        from mtl.data.collators import TaskCollator
+        from mtl.batching.collators import TaskCollator
 
         return TaskCollator(
             self.name,

@@ -24,9 +24,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import Dataset as TorchDataset
 
-from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import PooledHead
+from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, softmax
 
 
@@ -158,7 +158,7 @@ class ChoiceCollator:
         )
 
     def __call__(self, examples: ChoiceRows | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        from mtl.data.collators import PackedRows
+        from mtl.batching.collators import PackedRows
 
         rows = examples if isinstance(examples, ChoiceRows) else ChoiceRows.from_examples(examples)
         n, width = len(rows.num_choices), int(rows.num_choices.max())

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import RegressionHead, SequenceClassificationHead
+from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values
 
 

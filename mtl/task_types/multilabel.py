@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import SequenceClassificationHead
+from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values
 from mtl.task_types.classification import encode_texts, model_rows, text_columns
 

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import QuestionAnsweringHead
+from mtl.task_types import metrics
 from mtl.task_types.base import TaskType
 
 NO_ANSWER = (0, 0)  # start and end at [CLS], the first token

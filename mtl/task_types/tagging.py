@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from mtl import metrics
 from mtl.errors import MtlError
 from mtl.models.heads import TokenClassificationHead
+from mtl.task_types import metrics
 from mtl.task_types.base import IGNORE_INDEX, TaskType, label_id, names_from_values, softmax
 
 

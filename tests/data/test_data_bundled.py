@@ -24,7 +24,7 @@ PAIR_TASKS = ("pydoc_pair", "synthetic_pair")
 CHOICE_TASKS = ("pydoc_choice", "synthetic_choice")
 QA_TASKS = ("pydoc_qa", "pydoc_qa_v2", "synthetic_qa")
 SINGLE_TEXT_TASKS = sorted(set(BUNDLED_TASKS) - {*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS})
-TASK_CONF = Path(__file__).parents[2] / "mtl" / "conf" / "task"
+TASK_CONF = Path(__file__).parents[2] / "conf" / "task"
 
 
 @pytest.mark.parametrize("name", SINGLE_TEXT_TASKS)

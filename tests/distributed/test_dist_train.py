@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtl.train import run
+from mtl.training.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
@@ -172,8 +172,9 @@ def test_dist_default_config_is_one_run(tmp_path, launcher):
 WRONG_DEVICE = """
 import sys
 sys.path.insert(0, {root!r})
-import mtl.distributed
-mtl.distributed.has_distributed_device = lambda: True  # accelerate finds none: 1 process each
+import mtl.training.distributed
+# accelerate finds no distributed device here: it would run 1 process each
+mtl.training.distributed.has_distributed_device = lambda: True
 from mtl.cli import train
 train()
 """

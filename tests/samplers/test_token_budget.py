@@ -4,16 +4,17 @@ from functools import partial
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mtl.artifacts import config_dir
 from mtl.config import register_configs
+from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
-from mtl.loaders.config import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.samplers import TokenBudgetBatchSampler
 from mtl.samplers.token_budget import greedy_cut, split_largest
 from mtl.testing import check_sampler
@@ -120,7 +121,7 @@ def test_config_builds_it_the_way_the_training_app_calls_it():
     register_configs()
     for name, schema in LOADER_AND_SAMPLER_SCHEMAS.items():
         ConfigStore.instance().store(name=name, node=schema)
-    with initialize_config_module(version_base="1.3", config_module="mtl.conf"):
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
         cfg = compose("config", overrides=["sampler=token_budget", "task=[synthetic_cls]"])
     make_sampler = instantiate(cfg.sampler)
     s = make_sampler([3, 1, 2], 8, seed=1, num_replicas=1, rank=0)

@@ -18,7 +18,7 @@ from mtl.loaders import MixupLoader
 from mtl.samplers import RandomBatchSampler
 from mtl.task_types import BUILTIN, MultiLabelClassification
 from mtl.task_types.multilabel import MultiLabelHead
-from mtl.train import run
+from mtl.training.loop import run
 
 TOPICS = ["arts", "politics", "sports", "tech"]
 WORDS = {

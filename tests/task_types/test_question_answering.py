@@ -16,8 +16,8 @@ from mtl.data import build_task, load_tokenizer
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models.heads import QuestionAnsweringHead
-from mtl.registry import build_tasks, build_train_loaders
-from mtl.train import run
+from mtl.training.build import build_tasks, build_train_loaders
+from mtl.training.loop import run
 
 QUESTION = "Which animal is named first?"
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()

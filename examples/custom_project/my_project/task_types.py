@@ -2,9 +2,8 @@
 
 import numpy as np
 
-from mtl import metrics
 from mtl.models.heads import RegressionHead
-from mtl.task_types import TaskType
+from mtl.task_types import TaskType, metrics
 
 
 def mean_abs_error(predictions, references) -> float:

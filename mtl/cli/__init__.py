@@ -1,0 +1,173 @@
+"""Console scripts: `mtl-train` (the same as `python train.py`).
+
+`mtl-train` composes mtl's own configs (`conf/`, shipped with the package) with the user's:
+`--config-dir conf` or `hydra.searchpath=[file://conf]` (on the command line or in a primary
+config of your own) adds a folder whose options sit beside mtl's (`conf/task/my_task.yaml` is
+`task=[my_task]`, `conf/task/glue/mnli.yaml` is `task=[glue/mnli]`), so it runs from any folder.
+A file with the same path as one of mtl's would be hidden by mtl's (Hydra searches mtl's folder
+first), so a run that chooses it is refused: give yours a name of its own. Relative paths in a
+config (data files) and the run folder (`outputs/`) are relative to the folder the command runs
+in (`hydra.job.chdir` is false), and modules in that folder can be named by `_target_` (it is
+on `sys.path`, as with `python -m`).
+
+Hydra looks up every option itself (user folders, search paths, plugins such as
+`hydra/launcher=joblib`); a config it cannot compose (unknown option, wrong type, unknown key)
+ends the command with one line `mtl: error: ...` on stderr and status 2, as bad input does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import fields, is_dataclass
+
+import hydra
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from mtl.artifacts import config_dir
+
+_in_job = False  # True while the task function runs: its errors are not composition errors
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+def _train(cfg: DictConfig) -> float | None:
+    global _in_job
+    from mtl.training.loop import main
+
+    _in_job = True  # stays set if main raises: a job's error keeps its traceback
+    try:
+        result = main(cfg)
+    except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
+        from mtl.reporting.sweep import JobFailed, in_multirun
+
+        if stop.code and in_multirun():
+            raise JobFailed.from_exit(stop) from None
+        raise
+    _in_job = False  # the next job of a sweep composes again
+    return result
+
+
+def train() -> None:
+    """`mtl-train [overrides]`: start the launch, then Hydra; a config that does not compose is
+    reported in one line (status 2)."""
+    from mtl.config import register_configs
+    from mtl.reporting.sweep import JobFailed
+    from mtl.training.distributed import start_launch
+
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
+    if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
+        sys.path.insert(0, os.getcwd())
+    register_configs()
+    try:
+        start_launch()
+        _train()
+    except (HydraException, OmegaConfBaseException) as err:
+        if _in_job:
+            raise
+        print(f"mtl: error: {composition_error(err)}", file=sys.stderr)
+        sys.exit(2)
+    except JobFailed as err:  # the end of a multirun with a failed job (see mtl.reporting.sweep)
+        print(f"mtl: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def composition_error(err: Exception) -> str:
+    """One line naming what Hydra could not compose and how to fix it."""
+    if isinstance(err, MissingConfigException):
+        return _missing_option(err)
+    if isinstance(err, OverrideParseException):
+        return f"cannot read the override {err.override!r}: {_first_line(err)}"
+    cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__ or err.__context__
+    where = re.match(r"In '([^']+)'", str(err))
+    in_file = f" (in {where.group(1)}.yaml)" if where else ""
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        key = cause.full_key
+        if isinstance(cause, ConfigKeyError) or "not in" in _first_line(cause):
+            return f"unknown key {key}{in_file}; {_known_keys(cause, key, str(err))}"
+        if isinstance(cause, ValidationError):
+            return f"bad value for {key}{in_file}: {_first_line(cause)}"
+        return f"bad config at {key}{in_file}: {_first_line(cause)}"
+    text = _first_line(err)
+    if cause is not None and str(cause).strip():
+        text = f"{text}: {_first_line(cause)}"
+    return text
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def _missing_option(err: MissingConfigException) -> str:
+    missing = err.missing_cfg_file or ""
+    text = str(err)
+    if text.startswith("Cannot find primary config"):
+        return (
+            f"no primary config '{missing}' in the config search path; check --config-name "
+            "and --config-dir"
+        )
+    # The folders Hydra searched, user folders and hydra.searchpath included.
+    sources = re.findall(r"provider=(.+?), path=(\S+)", text)
+    if not sources or "/" not in missing:
+        return _first_line(err)
+    repo = _repository(sources)
+    parts = missing.split("/")
+    named = re.search(r"Available options in '([^']+)'", text)
+    group = (
+        named.group(1)
+        if named
+        else next(  # `task=[glue/mnli]`: the group is `task`, the option `glue/mnli`
+            (
+                "/".join(parts[:i])
+                for i in range(1, len(parts))
+                if repo.group_exists("/".join(parts[:i]))
+            ),
+            "/".join(parts[:-1]),
+        )
+    )
+    option = missing[len(group) + 1 :]
+    options = _group_options(repo, group) if repo.group_exists(group) else []
+    choices = f"choose from {', '.join(options)}, or " if options else ""
+    return f"unknown {group} '{option}'; {choices}add conf/{missing}.yaml"
+
+
+def _repository(sources: list[tuple[str, str]]):  # noqa: ANN202 (Hydra's internal type)
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+
+    search_path = ConfigSearchPathImpl()
+    for provider, path in sources:
+        search_path.append(provider, path)
+    return ConfigRepository(config_search_path=search_path)
+
+
+def _group_options(repo, group: str, prefix: str = "") -> list[str]:  # noqa: ANN001
+    """The options of a group, those in its sub-folders as `sub/name`."""
+    from hydra.core.object_type import ObjectType
+
+    options = [prefix + name for name in repo.get_group_options(group, ObjectType.CONFIG)]
+    for sub in repo.get_group_options(group, ObjectType.GROUP):
+        options += _group_options(repo, f"{group}/{sub}", f"{prefix}{sub}/")
+    return sorted(options)
+
+
+def _known_keys(cause: OmegaConfBaseException, key: str, hydra_message: str) -> str:
+    """The fix for an unknown key: the keys its schema has (closest first), or Hydra's hint."""
+    schema = getattr(cause, "object_type", None)
+    if is_dataclass(schema):
+        names = [f.name for f in fields(schema)]
+        close = difflib.get_close_matches(key.rpartition(".")[2], names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"{hint}{schema.__name__} has {', '.join(names)}"
+    hint = re.search(r"To append to your config use (\S+)", hydra_message)
+    if hint:
+        return f"to add it (if its class takes it) use {hint.group(1)}"
+    return "remove it or check its spelling"
+
+
+if __name__ == "__main__":
+    train()

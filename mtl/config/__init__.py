@@ -1,0 +1,328 @@
+"""The config schemas (dataclasses) and the checks of a composed config.
+
+The dataclasses hold every setting's default and type, once. `register_configs()` stores them in
+Hydra's ConfigStore; the YAML files under `conf/` name their schema in their defaults list and
+only pick and override, so OmegaConf checks types and keys while Hydra composes. `validate(cfg)`
+then checks the value rules and the task files' `@package` lines, and raises `MtlError` with one
+line naming the key and the fix. Loader and sampler options are checked by the classes they
+build, when they are built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from mtl.artifacts import config_dir
+from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
+from mtl.errors import MtlError
+
+
+@dataclass
+class TrainerConfig:
+    """The accelerate training loop (`mtl.training`); `conf/trainer/*.yaml` pick and override."""
+
+    epochs: int = 2
+    max_steps: int | None = None  # stop after this many optimizer steps (before the epochs end)
+    lr: float = 1e-4  # encoder learning rate
+    head_lr: float = 1e-3  # learning rate of the task heads
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    grad_accum: int = 1
+    max_grad_norm: float | None = 1.0
+    mixed_precision: str = "no"  # no | fp16 | bf16
+    cpu: bool = False  # force CPU even where a GPU is present
+    keep_freed_memory: bool = True  # reuse freed host memory between steps (training/host_memory)
+    eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
+    eval_batch_size: int = 64
+    checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)
+    keep_last: int | None = None  # keep only the N newest step checkpoints (null: all)
+    monitor: str = "eval/mean"  # the figure that picks the best model (eval/mean: mean of mains)
+    monitor_mode: str = "max"  # max | min: whether a larger monitored value is better
+    patience: int | None = None  # stop after this many evaluations without improvement
+    resume: str | None = None  # path of a checkpoint folder to continue from
+    log_every: int = 10  # optimizer steps per logged window
+    progress_bar: bool = True
+    # Several processes: a collective waiting longer fails the run instead of hanging.
+    dist_timeout_s: float = 600.0
+    trace: bool = False  # write trace_rank<r>.jsonl: tasks, example ids, loss, param hash per step
+    # At the end, write <run>/export from the best model: mtl.load_model / mtl-predict's folder
+    # and <run>/export/<task>/, a standard transformers model per task (mtl.inference.export).
+    export: bool = True
+
+    def check(self) -> None:
+        _at_least("trainer.epochs", self.epochs, 1)
+        _at_least("trainer.max_steps", self.max_steps, 1)
+        _at_least("trainer.grad_accum", self.grad_accum, 1)
+        _at_least("trainer.eval_every", self.eval_every, 1)
+        _at_least("trainer.eval_batch_size", self.eval_batch_size, 1)
+        _at_least("trainer.checkpoint_every", self.checkpoint_every, 1)
+        _at_least("trainer.keep_last", self.keep_last, 1)
+        _at_least("trainer.patience", self.patience, 1)
+        _one_of("trainer.monitor_mode", self.monitor_mode, ("max", "min"))
+        _at_least("trainer.log_every", self.log_every, 1)
+        if self.dist_timeout_s <= 0:
+            raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")
+        if self.lr <= 0 or self.head_lr <= 0:
+            raise MtlError("trainer.lr and trainer.head_lr must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise MtlError(f"trainer.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
+        _one_of("trainer.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
+
+
+@dataclass
+class ModelConfig:
+    """The shared encoder and the heads; the defaults are the packaged pretrained MiniLM."""
+
+    name_or_path: str | None = None  # null: the packaged MiniLM; or a hub name / local folder
+    tokenizer: str | None = None  # null: the model's own tokenizer
+    random_init: bool = False  # the architecture only, randomly initialised
+    config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
+    head_dropout: float = 0.1
+    # Run a batch with much padding (mixup, sampler=random) on its rows packed end to end, with
+    # a block-diagonal attention mask: the same hidden states, less compute (mtl/models/packing.py)
+    pack: bool = True
+    loss_weights: dict[str, float] = field(default_factory=dict)  # {task: weight}, default 1.0
+    # A trained mtl run (its best model, else its latest checkpoint), checkpoint or export folder:
+    # its encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.
+    init_from: str | None = None
+
+    def check(self) -> None:
+        if not 0 <= self.head_dropout < 1:
+            raise MtlError(f"model.head_dropout={self.head_dropout} must be in [0, 1)")
+        for name, weight in self.loss_weights.items():
+            if weight < 0:
+                raise MtlError(f"model.loss_weights.{name}={weight} must be >= 0")
+
+
+@dataclass
+class LoggerConfig:
+    """The tracker; figures always go to metrics.jsonl in the run folder as well."""
+
+    backend: str = "none"  # wandb | none
+    project: str = "mtl"
+    entity: str | None = None
+    mode: str = "offline"  # offline | online | disabled (W&B: offline needs no account)
+    tags: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        _one_of("logger.backend", self.backend, ("wandb", "none"))
+        _one_of("logger.mode", self.mode, ("offline", "online", "disabled"))
+
+
+@dataclass
+class DataConfig:
+    """Settings shared by every task's data."""
+
+    max_examples: int | None = None  # cap every task's train and dev split (smoke runs)
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    pad_to_multiple_of: int | None = None
+
+    def check(self) -> None:
+        _at_least("data.max_examples", self.max_examples, 1)
+        _at_least("data.num_workers", self.num_workers, 0)
+        _at_least("data.pad_to_multiple_of", self.pad_to_multiple_of, 1)
+
+
+@dataclass
+class TaskConfig:
+    """One task, `conf/task/<name>.yaml` with the header `# @package task.<name>`."""
+
+    type: str  # a task type: a name in mtl.task_types.BUILTIN or module.Class
+    source: dict[str, Any]  # {bundled: name} | {path: file} | {hub: name, config: ...}
+    batch_size: int = 32
+    max_length: int = 256
+    text_column: str = "text"
+    label_column: str = "label"
+    label_names: list[str] | None = None
+    dev_fraction: float = 0.1
+    text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
+    metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
+    head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
+    question_column: str | None = None  # multiple choice (optional) and extractive QA
+    context_column: str | None = None  # extractive QA: the passage answers are taken from
+    choices_column: str | None = None  # multiple choice: a list of strings per row
+    answers_column: str | None = None  # extractive QA: {text: [...], answer_start: [...]}
+    stride: int = 128  # extractive QA: tokens shared by consecutive windows of a long context
+
+    def check(self, name: str) -> None:
+        from mtl.task_types import task_type_class
+
+        task_type_class(self.type, name)
+        _at_least(f"task.{name}.batch_size", self.batch_size, 1)
+        _at_least(f"task.{name}.max_length", self.max_length, 2)
+        if not 0 < self.dev_fraction < 1:
+            raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
+
+
+@dataclass
+class MtlConfig:
+    """The primary config (`conf/config.yaml`): every top-level key and its type.
+
+    `loader` and `sampler` are free-form: their `_target_` class checks its own arguments.
+    """
+
+    seed: int = 0
+    output_dir: str = "${hydra:runtime.output_dir}"  # the run folder: metrics, checkpoints, W&B
+    data: DataConfig = field(default_factory=DataConfig)
+    task: dict[str, TaskConfig] = field(default_factory=dict)
+    loader: Any = MISSING
+    sampler: Any = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+
+SCHEMAS = {
+    "mtl_schema": MtlConfig,
+    "trainer_schema": TrainerConfig,
+    "model_schema": ModelConfig,
+    "logger_schema": LoggerConfig,
+    **LOADER_AND_SAMPLER_SCHEMAS,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore, where config files name them in their defaults
+    (`defaults: [/trainer_schema, _self_]`). Call before composing: `mtl-train` does; so must
+    code that composes by hand (`hydra.compose`). Storing again replaces, so it is idempotent."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        store.store(name=name, node=schema)
+
+
+def _at_least(key: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise MtlError(f"{key}={value} must be >= {low}")
+
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise MtlError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _typed(schema: type, node: Any, key: str) -> Any:
+    """Merge `node` onto the schema: unknown keys and wrong types become one-line MtlErrors."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        problem = str(err).splitlines()[0]
+        where = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
+        raise MtlError(f"bad config at '{where}': {problem}") from None
+
+
+@dataclass
+class Settings:
+    """The validated, typed view of a composed config."""
+
+    trainer: TrainerConfig
+    model: ModelConfig
+    logger: LoggerConfig
+    data: DataConfig
+    tasks: dict[str, TaskConfig]
+
+
+def check_task_overrides(overrides: list[str]) -> None:
+    """`task=[a,a]`: Hydra would silently keep one `a`; a repeated name is a user error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.key_or_group != "task":
+            continue
+        names = override.value()
+        names = names if isinstance(names, list) else [names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            names = ", ".join(twice)
+            raise MtlError(f"task {names} given twice in task=[...]; list each task once")
+
+
+CONF_DIR = config_dir()
+
+
+def check_chosen_files(
+    config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
+) -> None:
+    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
+
+    - a file in a user folder (`folders`, the config folders searched) with the same path as one
+      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
+    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
+      that kept another task's header would merge into that task.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    loader = GlobalHydra.instance().config_loader()
+    defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
+    for chosen in defaults:
+        path = chosen.config_path or ""
+        own = CONF_DIR / f"{path}.yaml"
+        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
+        theirs = [f for f in theirs if f.resolve() != own.resolve()]
+        if own.is_file():
+            for hidden in theirs:
+                if hidden.read_text() != own.read_text():
+                    raise MtlError(
+                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
+                        "give yours a name of its own (for a task, with a matching @package line)"
+                    )
+        if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
+            continue
+        name = path.rsplit("/", 1)[-1]
+        if chosen.package != f"task.{name}":
+            found = (
+                "no @package line naming its task"
+                if chosen.package == "task"
+                else f"'# @package {chosen.package}'"
+            )
+            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
+            raise MtlError(
+                f"{where} has {found}; make its first line '# @package task.{name}' "
+                "(a task's package is its file name)"
+            )
+
+
+def validate(cfg: DictConfig) -> Settings:
+    """Check the composed config; returns typed settings or raises a one-line MtlError."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():  # not when composed by hand (tests, notebooks)
+        hydra_cfg = HydraConfig.get()
+        check_task_overrides(list(hydra_cfg.overrides.task))
+        check_chosen_files(
+            hydra_cfg.job.config_name,
+            [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
+            [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],
+        )
+    tasks_node = cfg.get("task") or {}
+    if not tasks_node:
+        raise MtlError("no task selected: pick some with task=[name,...] (see conf/task/)")
+    settings = Settings(
+        trainer=_typed(TrainerConfig, cfg.trainer, "trainer"),
+        model=_typed(ModelConfig, cfg.model, "model"),
+        logger=_typed(LoggerConfig, cfg.logger, "logger"),
+        data=_typed(DataConfig, cfg.get("data") or {}, "data"),
+        tasks={name: _typed(TaskConfig, node, f"task.{name}") for name, node in tasks_node.items()},
+    )
+    for part in (settings.trainer, settings.model, settings.logger, settings.data):
+        part.check()
+    for name, task in settings.tasks.items():
+        task.check(name)
+    unknown = set(settings.model.loss_weights) - set(settings.tasks)
+    if unknown:
+        raise MtlError(
+            f"model.loss_weights names unknown task(s) {sorted(unknown)}; "
+            f"use {sorted(settings.tasks)}"
+        )
+    return settings

@@ -1,0 +1,1 @@
+"""After training: the export folder, the transformers export per task, predictions."""

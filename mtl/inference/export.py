@@ -1,0 +1,266 @@
+"""Export a trained run as a self-contained model folder, and load it back (`mtl.load_model`).
+
+An export folder holds the encoder and the tokenizer in Hugging Face format (`save_pretrained`),
+`heads.safetensors` (every head's weights, keyed `<task>.<parameter>`) and `mtl_tasks.json`
+(per task: its `TaskConfig`, label names and the head's constructor arguments). The weights come
+from a run folder's best model (else its latest complete checkpoint) or a checkpoint folder;
+the tasks and model settings from the run's `.hydra/config.yaml`. A run writes `<run>/export`
+itself when it ends (`trainer.export`). Reading an export back: `mtl.inference.load`.
+
+With `standard=true` each task also gets `<export>/<task>/`: a standard transformers model
+(`AutoModelFor...`, with its labels) and its tokenizer (`model_max_length` = the task's
+`max_length`), for `transformers.pipeline` and any code that reads such folders
+(`mtl.inference.export_hf`). Each holds a copy of the encoder, so they are opt-in. A task whose
+head has no transformers counterpart (mean pooling, a head of your own, an encoder that is not
+BERT-family) gets none, and one line on stderr saying why.
+
+The export is written whole or not at all (`mtl.artifacts`): an existing `out` is replaced only
+when it is an earlier export (it holds `mtl_tasks.json`) or with `overwrite=true`; `.`, the run
+folder and the folders holding it are refused. Loading reads `mtl_tasks.json` as data: task
+types, heads and metrics that are not mtl's own need `trust_custom_code=true`
+(`mtl.inference.trust`).
+
+    mtl-export <run folder | checkpoint folder> [out] [overwrite=false] [standard=false]
+        [trust_custom_code=false]                      (default out: <run>/export)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from mtl.artifacts import check_target, write_folder
+from mtl.errors import MtlError
+from mtl.inference.export_hf import standard_model
+from mtl.inference.load import (
+    FORMAT,
+    HEADS_FILE,
+    TASKS_FILE,
+    LoadedModel,
+    TaskInfo,
+    is_export,
+    load_export,
+)
+from mtl.inference.trust import check_task
+
+__all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
+
+
+def run_folder(path: str | Path) -> Path:
+    """The run folder of a run or checkpoint folder (the one with `.hydra/config.yaml`)."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise MtlError(f"model={path}: no such folder; give an mtl run folder or export folder")
+    for candidate in (p, p.parent, p.parent.parent):
+        if (candidate / ".hydra" / "config.yaml").is_file():
+            return candidate
+    raise MtlError(
+        f"model={path}: not an mtl run or export folder (no .hydra/config.yaml or "
+        f"{TASKS_FILE}); give a run folder, one of its checkpoints, or an mtl-export folder"
+    )
+
+
+def trained_model(path: str | Path, *, trust_custom_code: bool = False):
+    """(model with the trained weights, tokenizer, {name: Task}, settings) of a run or checkpoint
+    folder. Task types, heads and metrics that are not mtl's own need `trust_custom_code`."""
+    from omegaconf import OmegaConf
+
+    from mtl.config import validate
+    from mtl.training.build import build_model, build_tasks
+    from mtl.training.checkpoint import trained_weights
+
+    run = run_folder(path)
+    try:
+        state, _ = trained_weights(str(path))
+    except MtlError:
+        raise MtlError(
+            f"model={path}: the run has no saved model (no checkpoints/best and no complete "
+            "checkpoint); train it longer or give another run"
+        ) from None
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    for name, task in (cfg.get("task") or {}).items():
+        check_task(name, OmegaConf.to_container(task), trust=trust_custom_code)
+    settings = validate(cfg)
+    settings = dataclasses.replace(
+        settings, model=dataclasses.replace(settings.model, init_from=None)
+    )
+    tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0))
+    model = build_model(settings, tasks)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise MtlError(
+            f"model={path}: the saved weights do not fit the run's config "
+            f"({str(err).splitlines()[0]}); was the config changed after training?"
+        ) from None
+    model.eval()
+    return model, tokenizer, tasks, settings
+
+
+def export_model(
+    run_or_checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    standard: bool = False,
+    trust_custom_code: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Write the export folder of a run (its best model) or checkpoint folder; returns it.
+    `standard`: also a transformers model folder per task (`write_export`). The run folder, the
+    folders holding it and the checkpoint read are never written; an existing `out_dir` is
+    replaced only if it is an earlier export or with `overwrite`."""
+    source = Path(run_or_checkpoint).expanduser()
+    run = run_folder(source)
+    out = Path(out_dir).expanduser()
+    if source.resolve() != run.resolve() and source.resolve() in out.resolve().parents:
+        raise MtlError(f"out={out_dir} is inside {source}, the checkpoint read; give another path")
+    check = {"what": "out", "overwrite": overwrite, "protect": [run]}
+    check_target(out, folder=True, ours=is_export, **check)  # before the slow part
+    model, tokenizer, tasks, settings = trained_model(source, trust_custom_code=trust_custom_code)
+    return write_export(model, tokenizer, tasks, settings, out, standard=standard, **check)
+
+
+def write_export(
+    model, tokenizer, tasks: dict, settings, out_dir: str | Path, *, standard=False, **check
+):
+    """The export folder of an in-memory model (eval mode while writing), whole or not at all
+    (`mtl.artifacts.write_folder`: an earlier export there is replaced, anything else only with
+    `overwrite=True`; `check`: its keywords).
+
+    With `standard`, each task whose head maps onto a transformers class also gets
+    `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
+    line on stderr saying why and what to use instead. Each such folder holds the encoder once
+    more, so they are made only when asked for."""
+    from transformers.utils import logging as hf_logging
+
+    was_training = model.training
+    model.eval()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" once per folder
+
+    def fill(tmp: Path) -> None:
+        _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
+        for name, task in tasks.items() if standard else ():
+            config = task.task_type.config
+            hf, reason = standard_model(model, name, task.task_type, task.label_names, tokenizer)
+            if hf is None:
+                print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
+                continue
+            hf.save_pretrained(tmp / name)
+            task_tokenizer = copy.deepcopy(tokenizer)
+            task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike
+            task_tokenizer.save_pretrained(tmp / name)
+
+    try:
+        return write_folder(out_dir, fill, ours=is_export, **check)
+    finally:
+        model.train(was_training)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
+    from safetensors.torch import save_file
+
+    model.encoder.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    heads = {
+        key.removeprefix("heads."): value.detach().cpu().contiguous()
+        for key, value in model.state_dict().items()
+        if key.startswith("heads.")
+    }
+    save_file(heads, out / HEADS_FILE)
+    hidden = model.encoder.config.hidden_size
+    meta = {
+        "format": FORMAT,
+        "tasks": {
+            name: {
+                "config": dataclasses.asdict(task.task_type.config),
+                "label_names": task.label_names,
+                "head": {
+                    "class": f"{type(model.heads[name]).__module__}."
+                    f"{type(model.heads[name]).__qualname__}",
+                    "hidden_size": hidden,
+                    "num_labels": task.num_labels,
+                    "dropout": head_dropout,
+                },
+            }
+            for name, task in tasks.items()
+        },
+    }
+    (out / TASKS_FILE).write_text(json.dumps(meta, indent=1))
+
+
+def load_model(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:
+    """A trained model from an export folder, or from a run / checkpoint folder (exported to a
+    temporary folder first). Returns `.model` (a `MultiTaskModel` in eval mode), `.tokenizer`
+    and `.tasks` ({name: TaskInfo(task_type, label_names, config)}).
+
+    Loading builds only mtl's own task types, heads and metrics; one of your own (named in the
+    export) needs `trust_custom_code=True`, as it imports and runs that code."""
+    p = Path(path).expanduser()
+    if is_export(p):
+        return load_export(p, trust_custom_code=trust_custom_code)
+    run_folder(p)  # a one-line error for a folder that is neither
+    with tempfile.TemporaryDirectory(prefix="mtl-export-") as tmp:
+        out = Path(tmp) / "export"
+        export_model(p, out, trust_custom_code=trust_custom_code)
+        return load_export(out, trust_custom_code=True)  # checked above; read into memory
+
+
+def quiet() -> None:
+    """No transformers progress bars or warnings on the command line (errors are one line)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+USAGE = (
+    "usage: mtl-export <run folder | checkpoint folder> [out] [overwrite=false] "
+    "[standard=false] [trust_custom_code=false]"
+)
+FLAGS = ("overwrite", "standard", "trust_custom_code")
+
+
+def parse_args(args: list[str]) -> tuple[Path, Path | None, dict[str, bool]]:
+    """(source, out or None, flags) of the command line; a one-line MtlError for anything else."""
+    paths, flags = [], dict.fromkeys(FLAGS, False)
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if eq and key in FLAGS:
+            if value.lower() not in ("true", "false"):
+                raise MtlError(f"{key}={value} must be true or false")
+            flags[key] = value.lower() == "true"
+        elif eq and not Path(arg).exists() and "/" not in key:
+            raise MtlError(f"unknown option {arg!r}; {USAGE.removeprefix('usage: ')}")
+        else:
+            paths.append(arg)
+    if not 1 <= len(paths) <= 2 or "" in paths:
+        raise MtlError(f"give a run folder and an optional out folder; {USAGE[7:]}")
+    return Path(paths[0]), Path(paths[1]) if len(paths) > 1 else None, flags
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`mtl-export <run folder | checkpoint folder> [out] [key=value ...]`."""
+    quiet()
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        sys.exit(0 if args else 2)
+    try:
+        source, out, flags = parse_args(args)
+        out = out or run_folder(source) / "export"
+        export_model(source, out, **flags)
+    except MtlError as err:
+        print(f"mtl: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Reading an export folder back (`mtl-export`'s output): the model, tokenizer and tasks.
+
+`mtl_tasks.json` is read as data: every task's type, head and metrics must be mtl's own
+(`mtl.inference.trust`) unless the caller trusts the folder, before anything it names is imported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from mtl.errors import MtlError
+from mtl.inference.trust import check_task
+
+TASKS_FILE = "mtl_tasks.json"
+HEADS_FILE = "heads.safetensors"
+FORMAT = 1
+
+
+@dataclass
+class TaskInfo:
+    """What prediction needs of one task: its type object, label names and config."""
+
+    task_type: Any
+    label_names: list[str] | None
+    config: Any
+
+
+@dataclass
+class LoadedModel:
+    """A trained multi-task model ready to predict: `model` (eval mode), `tokenizer`, `tasks`."""
+
+    model: Any
+    tokenizer: Any
+    tasks: dict[str, TaskInfo]
+
+
+def is_export(path: Path) -> bool:
+    return (Path(path) / TASKS_FILE).is_file()
+
+
+def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:
+    """The model of an export folder (eval mode). Its `mtl_tasks.json` is read as data: a task
+    type, head or metric that is not mtl's own is refused unless `trust_custom_code`."""
+    from safetensors.torch import load_file
+
+    from mtl.config import TaskConfig
+    from mtl.data.tokenizer import load_tokenizer
+    from mtl.models import MultiTaskModel
+    from mtl.task_types import task_type_class
+
+    folder = Path(path)
+    try:
+        meta = json.loads((folder / TASKS_FILE).read_text())
+        spec = {name: (e["config"], e["head"]["class"]) for name, e in meta["tasks"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise MtlError(f"model={path}: {TASKS_FILE} is unreadable; export the run again") from None
+    for name, (config, head_class) in spec.items():
+        check_task(name, config, head_class, trust=trust_custom_code)
+    tokenizer = load_tokenizer(str(folder))
+    encoder = export_encoder(folder)
+    heads, tasks = {}, {}
+    for name, entry in meta["tasks"].items():
+        try:
+            config = TaskConfig(**entry["config"])
+            h = entry["head"]
+            task_type = task_type_class(config.type, name)(name, config)
+            heads[name] = task_type.make_head(h["hidden_size"], h["num_labels"], h["dropout"])
+            tasks[name] = TaskInfo(task_type, entry["label_names"], config)
+        except (TypeError, KeyError, ValueError) as err:
+            raise MtlError(
+                f"model={path}: task {name!r} in {TASKS_FILE} is malformed ({err}); export the "
+                "run again"
+            ) from None
+    model = MultiTaskModel(encoder, heads)
+    state = {f"heads.{key}": value for key, value in load_file(folder / HEADS_FILE).items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k.startswith("heads.")]
+    if missing or unexpected:
+        raise MtlError(
+            f"model={path}: {HEADS_FILE} does not match {TASKS_FILE} "
+            f"({(missing or unexpected)[0]!r}); export the run again"
+        )
+    model.eval()
+    return LoadedModel(model, tokenizer, tasks)
+
+
+def export_encoder(folder: Path):
+    """The encoder of an export folder, which was saved without its pooler (each head has its
+    own): transformers' load report is kept quiet for that, and any other weight missing from
+    the folder is a one-line error."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        encoder, info = AutoModel.from_pretrained(str(folder), output_loading_info=True)
+    except (OSError, ValueError) as err:
+        raise MtlError(
+            f"model={folder}: its encoder cannot be read ({type(err).__name__}); export the run "
+            "again"
+        ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    missing = [k for k in info.get("missing_keys", []) if not k.startswith("pooler.")]
+    if missing or info.get("mismatched_keys"):
+        raise MtlError(
+            f"model={folder}: the encoder's weights are incomplete ({len(missing)} missing, e.g. "
+            f"{(missing or info['mismatched_keys'])[0]!r}); export the run again"
+        )
+    if isinstance(getattr(getattr(encoder, "pooler", None), "dense", None), nn.Linear):
+        encoder.pooler = None  # as in training: the heads pool
+    return encoder

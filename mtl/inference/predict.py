@@ -1,0 +1,270 @@
+"""`mtl-predict`: a trained model's predictions for the rows of a file.
+
+    mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
+        output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false]
+
+Input is any file training reads (`mtl.data.sources.FORMATS`: jsonl, json, csv, tsv, parquet,
+txt, optionally compressed); output is jsonl (`.jsonl`/`.json`), csv or tsv by extension; `-`
+is jsonl on stdin/stdout. The output is written whole or not at all, and an existing file only
+with `overwrite=true` (`mtl.artifacts`). A model whose task types or heads are not mtl's own
+loads only with `trust_custom_code=true` (`mtl.inference.trust`). Each output row is the input
+row (its fields kept, in input order) plus `prediction` and `score` (with several tasks
+`<task>.prediction` and `<task>.score`): see the task types' `readable`. Rows are batched by
+length (fewer pad tokens), the order restored.
+Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtl.artifacts import check_target
+from mtl.errors import MtlError
+from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
+
+USAGE = (
+    "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
+    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false] "
+    "[trust_custom_code=false]"
+)
+KEYS = {"model", "task", "input", "output", "batch_size", "overwrite", "trust_custom_code"}
+FLAGS = ("overwrite", "trust_custom_code")
+CHUNK = 1000  # source rows encoded at a time
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """`key=value` arguments -> options (one-line MtlError for anything else)."""
+    options: dict[str, Any] = {"batch_size": 32, "overwrite": False, "trust_custom_code": False}
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if not eq or key not in KEYS:
+            raise MtlError(f"unknown argument {arg!r}; {USAGE.removeprefix('usage: ')}")
+        options[key] = value
+    for key in ("model", "task", "input", "output"):
+        if key not in options or options[key] == "":
+            raise MtlError(f"{key}= is missing; {USAGE.removeprefix('usage: ')}")
+    try:
+        options["batch_size"] = int(options["batch_size"])
+        assert options["batch_size"] >= 1
+    except (ValueError, AssertionError):
+        raise MtlError(f"batch_size={options['batch_size']} must be an integer >= 1") from None
+    for flag in FLAGS:
+        value = str(options[flag]).lower()
+        if value not in ("true", "false"):
+            raise MtlError(f"{flag}={options[flag]} must be true or false")
+        options[flag] = value == "true"
+    task = options["task"].strip()
+    names = task[1:-1].split(",") if task.startswith("[") and task.endswith("]") else [task]
+    options["task"] = [n.strip() for n in names if n.strip()]
+    if not options["task"]:
+        raise MtlError("task= names no task; give task=<name> or task=[a,b]")
+    return options
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+# -- prediction -----------------------------------------------------------------------------------
+
+
+def predict_task(
+    loaded,
+    name: str,
+    rows: list[dict],
+    *,
+    batch_size: int = 32,
+    sort: bool = True,
+    device=None,
+    from_csv: bool = False,
+    progress: bool = False,
+) -> list[dict]:
+    """{"prediction", ("score")} of every row for task `name`, in row order.
+
+    `sort`: batches of rows of similar length (longest first), else in input order."""
+    import torch
+    from datasets import Dataset
+
+    from mtl.training.evaluate import to_device
+
+    if name not in loaded.tasks:
+        raise MtlError(
+            f"task={name}: the model was not trained on it; choose from {', '.join(loaded.tasks)}"
+        )
+    info = loaded.tasks[name]
+    task_type = info.task_type
+    columns = task_type.input_columns()
+    for number, row in enumerate(rows, 1):
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise MtlError(
+                f"task={name}: input row {number} has no column {missing[0]!r}; the task reads "
+                f"{', '.join(columns)}"
+            )
+    if not rows:
+        return []
+    where = f"task {name!r}, input"
+    encoded: dict[str, list] = {}
+    for start in range(0, len(rows), CHUNK):
+        part = rows[start : start + CHUNK]
+        values = {c: [cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
+        out = task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
+        ids = out.get("example_id", range(len(part)))
+        out["example_id"] = [start + int(i) for i in ids]
+        for key, value in out.items():
+            encoded.setdefault(key, []).extend(value)
+    data = task_type.dataset(Dataset.from_dict(encoded))
+    collate = task_type.collator(loaded.tokenizer.pad_token_id)
+    lengths = np.asarray(encoded["length"])
+    order = np.argsort(-lengths, kind="stable") if sort else np.arange(len(lengths))
+    batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+    device = device or next(loaded.model.parameters()).device
+    outputs: list[Any] = [None] * len(lengths)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(lengths), desc=f"predict {name}", unit="row", file=sys.stderr)
+    with torch.inference_mode():
+        for indices in batches:
+            batch = to_device(collate(data.__getitems__(indices)), device)
+            batch["task"] = name
+            logits = loaded.model.logits(batch)[name]
+            for index, value in zip(indices, task_type.outputs(logits, batch), strict=True):
+                outputs[index] = value
+            if bar is not None:
+                bar.update(len(indices))
+    if bar is not None:
+        bar.close()
+    windows: dict[int, list[int]] = {}
+    for index, example in enumerate(encoded["example_id"]):
+        windows.setdefault(example, []).append(index)
+    keys = list(encoded)
+    results = []
+    for number, row in enumerate(rows):
+        model_rows = windows.get(number, [])
+        results.append(
+            task_type.readable(
+                [outputs[i] for i in model_rows],
+                info.label_names,
+                {c: cell(row[c]) if from_csv else row[c] for c in row},
+                [{k: encoded[k][i] for k in keys} for i in model_rows],
+            )
+        )
+    return results
+
+
+def predict_rows(loaded, tasks: list[str], rows: list[dict], **options) -> list[dict]:
+    """The input rows with each task's prediction (and score) added."""
+    for name in tasks:
+        if name not in loaded.tasks:
+            raise MtlError(
+                f"task={name}: the model was not trained on it; choose from "
+                f"{', '.join(loaded.tasks)}"
+            )
+    out = [dict(row) for row in rows]
+    for name in tasks:
+        results = predict_task(loaded, name, rows, **options)
+        for row, result in zip(out, results, strict=True):
+            for key, value in result.items():
+                row[key if len(tasks) == 1 else f"{name}.{key}"] = value
+    return out
+
+
+def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> list[Path]:
+    """`<run>/predictions/<task>.<split>.jsonl` for every split a task holds without labels
+    (`Task.inputs`, a test split): each source row with `prediction` (and `score`), as
+    mtl-predict writes them. Returns the files written."""
+    from mtl.inference.export import LoadedModel, TaskInfo
+
+    infos = {
+        name: TaskInfo(task.task_type, task.label_names, task.task_type.config)
+        for name, task in tasks.items()
+    }
+    loaded = LoadedModel(model, tokenizer, infos)
+    was_training = model.training
+    model.eval()
+    written = []
+    try:
+        for name, task in tasks.items():
+            for split, rows in task.inputs.items():
+                out = predict_rows(loaded, [name], rows.to_list())
+                path = Path(run_dir) / "predictions" / f"{name}.{split}.jsonl"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_output(str(path), render(out, "jsonl"), overwrite=True)  # the run's own
+                written.append(path)
+    finally:
+        model.train(was_training)
+    return written
+
+
+def run(options: dict[str, Any]) -> None:
+    import torch
+
+    from mtl.inference.export import is_export, load_model, run_folder
+
+    out_path = options["output"]
+    model = Path(options["model"]).expanduser()
+    if not model.is_dir():
+        raise MtlError(f"model={model}: no such folder; give an mtl run folder or export folder")
+    if not is_export(model):
+        run_folder(model)  # a one-line error for a folder that is neither
+    check = {"overwrite": options["overwrite"], "protect": [model]}
+    if out_path != "-":
+        check_target(out_path, **check)
+        real = Path(out_path).resolve()
+        if options["input"] != "-" and real == Path(options["input"]).resolve():
+            raise MtlError(f"output={out_path} is the input file; give another output path")
+        inside = [p for p in real.parents if is_export(p) or p.name == "checkpoints"]
+        if inside:
+            raise MtlError(
+                f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
+            )
+    out_kind = output_kind(out_path)
+    rows, from_csv = read_rows(options["input"])
+    if not rows:
+        raise MtlError(f"input={options['input']} has no rows; give at least one row to predict")
+    loaded = load_model(model, trust_custom_code=options["trust_custom_code"])
+    for name in options["task"]:
+        if name not in loaded.tasks:
+            raise MtlError(
+                f"task={name}: the model was not trained on it; choose from "
+                f"{', '.join(loaded.tasks)}"
+            )
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded.model.to(device)
+    out = predict_rows(
+        loaded,
+        options["task"],
+        rows,
+        batch_size=options["batch_size"],
+        device=device,
+        from_csv=from_csv,
+        progress=out_path != "-",
+    )
+    write_output(out_path, render(out, out_kind), **check)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        sys.exit(0 if args else 2)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from mtl.inference.export import quiet
+
+        quiet()
+        run(parse_args(args))
+    except MtlError as err:
+        print(f"mtl: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

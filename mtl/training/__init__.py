@@ -1,0 +1,1 @@
+"""Training: the loop, building a run, checkpoints, processes, evaluation, tracking."""

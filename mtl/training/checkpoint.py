@@ -1,0 +1,388 @@
+"""Checkpoints that survive a killed job: accelerate's `save_state` folders under
+`<run>/checkpoints/step_<N:07d>`, written whole or not at all.
+
+A checkpoint holds the model, optimizer, scheduler, RNG states (one file per rank), the composite
+loader's position and the run counters (`TrainState`), so that `trainer.resume=<folder>`
+continues exactly.
+
+- `save_checkpoint` writes into `checkpoints/.tmp-step_<N>`, adds the completion marker
+  `mtl_checkpoint.json` (the name and size of every file) last, then renames the folder to
+  `step_<N>`. A job killed while saving (SLURM preemption) leaves a `.tmp-*` folder, never a
+  `step_*` folder that looks complete; `trainer.keep_last` bounds how many are kept.
+- `resolve_checkpoint` turns `trainer.resume` into the folder to load: a run folder gives its
+  latest complete checkpoint, and the incomplete ones skipped are named in one line.
+- `save_best`/`load_best` keep the model weights of the best evaluation in
+  `checkpoints/best` (written to `.tmp-best` and renamed, like the step checkpoints).
+- `StopSignal` turns SIGTERM and SIGUSR1 (SLURM's warning signal, `--signal=USR1@<s>`) into a
+  request to save and stop at the next optimizer-step boundary, the same step on every rank.
+
+The folders are on a file system every rank sees (as accelerate's `save_state` assumes). Files
+are flushed to disk (fsync) before the rename, so a machine crash also leaves no `step_*`
+folder whose files are still in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from mtl.errors import MtlError
+from mtl.training.distributed import env_rank
+from mtl.training.tracking import ShareMeter
+
+MARKER = "mtl_checkpoint.json"
+TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one
+OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
+STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
+STOP_MESSAGE = (
+    "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
+    "resume with trainer.resume={run_dir}"
+)
+
+
+class TrainState:
+    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`)."""
+
+    def __init__(self, shares: ShareMeter):
+        self.step = 0  # optimizer steps done
+        self.epoch = 0  # epochs completed
+        self.shares = shares
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "shares": self.shares.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.shares.load_state_dict(state["shares"])
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def save_checkpoint(accelerator, run_dir: Path, step: int, keep_last: int | None = None) -> Path:
+    """Save `accelerator.save_state` as `<run>/checkpoints/step_<N:07d>` and return that path.
+
+    Call it on every rank at an optimizer-step boundary (it is a collective). Every rank writes
+    into `checkpoints/.tmp-step_<N>` (the main process its model, optimizer, scheduler, loader
+    and counter files, each rank its `random_states_<rank>.pkl`); after a barrier the main process
+    flushes the files, writes the marker `mtl_checkpoint.json` last and renames the folder to
+    `step_<N>`. A checkpoint of the same step already there is replaced (moved aside, then
+    deleted), so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only
+    the K complete checkpoints of the highest steps are kept (always including this one), and
+    folders left by killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing
+    outside `<run>/checkpoints` is touched. Returns once the folder is in place on every rank.
+    """
+    if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 1):
+        raise MtlError(
+            f"trainer.keep_last={keep_last}: give a number of checkpoints >= 1, or null to keep all"
+        )
+    if accelerator.project_configuration.automatic_checkpoint_naming:
+        raise ValueError("save_checkpoint names the folders itself: no automatic_checkpoint_naming")
+    root = Path(run_dir) / "checkpoints"
+    final = root / step_dir_name(step)
+    tmp = root / (TMP_PREFIX + final.name)
+    owner = _writes_shared_files(accelerator)
+    if owner:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a save of this step that was killed
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()  # every rank's files are in tmp
+    if owner:
+        _seal(tmp, step)
+        _put_in_place(tmp, final)
+        _prune(root, keep_last, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _writes_shared_files(accelerator) -> bool:
+    """The process that writes the model files and so creates, seals and renames the folder."""
+    if accelerator.project_configuration.save_on_each_node:
+        return accelerator.is_local_main_process
+    return accelerator.is_main_process
+
+
+def _seal(folder: Path, step: int) -> None:
+    """Flush every file to disk, then write the marker that says the folder is complete."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            _fsync(path)
+            files[path.relative_to(folder).as_posix()] = path.stat().st_size
+    marker = folder / MARKER
+    with open(marker, "w") as f:
+        json.dump({"step": step, "files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _put_in_place(tmp: Path, final: Path) -> None:
+    """Rename `tmp` to `final`; a folder already at `final` is moved aside first and deleted."""
+    old = final.with_name(OLD_PREFIX + final.name)
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _prune(root: Path, keep_last: int | None, just_saved: Path) -> None:
+    """Delete folders left by killed saves; with `keep_last`, the complete checkpoints beyond
+    the `keep_last` highest steps. Incomplete `step_*` folders (no marker: copied by hand, or
+    saved by an older mtl) are left alone."""
+    for path in root.iterdir():
+        if path.is_dir() and path.name.startswith((TMP_PREFIX, OLD_PREFIX)):
+            if STEP_NAME.match(path.name):
+                shutil.rmtree(path, ignore_errors=True)
+    if keep_last is None:
+        return
+    complete = [p for p in _step_folders(root) if not p.name.startswith(".") and not _problem(p)]
+    for path in complete[:-keep_last]:
+        if path != just_saved:
+            aside = path.with_name(OLD_PREFIX + path.name)
+            os.replace(path, aside)  # a delete cut short leaves a folder resume skips
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+def _step_folders(root: Path) -> list[Path]:
+    """The `step_*`, `.tmp-step_*` and `.old-step_*` folders of `root`, lowest step first."""
+    found = []
+    for path in root.iterdir():
+        m = STEP_NAME.match(path.name)
+        if m and path.is_dir():
+            found.append((int(m.group(1)), not path.name.startswith("."), path))
+    return [path for *_, path in sorted(found)]
+
+
+def _problem(folder: Path) -> str | None:
+    """Why `folder` is not a complete checkpoint (None when it is)."""
+    if folder.name.startswith(TMP_PREFIX):
+        return "left by an interrupted save"
+    if folder.name.startswith(OLD_PREFIX):
+        return "left by an interrupted replace or delete"
+    try:
+        files = json.loads((folder / MARKER).read_text())["files"]
+    except FileNotFoundError:
+        return f"no {MARKER}: half-written, or copied without it"
+    except (ValueError, KeyError, TypeError):
+        return f"{MARKER} unreadable"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, not {size}"
+    return None
+
+
+def resolve_checkpoint(path: str) -> str:
+    """The checkpoint folder that `trainer.resume=<path>` loads.
+
+    `path` is a checkpoint folder (`<run>/checkpoints/step_<N>`), used when complete, or a run
+    folder (or its `checkpoints/` folder), which gives its complete checkpoint of the highest
+    step; incomplete ones of higher steps (`.tmp-*` folders left by a killed save, folders without
+    the marker or with files missing) are skipped and named in one line on stderr (rank 0).
+    Raises a one-line `MtlError` when `path` does not exist, is an incomplete checkpoint, or
+    holds no complete checkpoint.
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise _everywhere(
+            f"trainer.resume={path}: no such folder; give a run folder or one of its "
+            "checkpoints/step_N folders"
+        )
+    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    folders = _step_folders(root)
+    if not folders and root != p:
+        raise _everywhere(
+            f"trainer.resume={path}: no checkpoint in {root}; start without trainer.resume"
+        )
+    if not folders:
+        problem = _problem(p)
+        if problem is None:  # a complete checkpoint folder, whatever its name
+            return str(p)
+        if (p / MARKER).exists() or STEP_NAME.match(p.name) or (p / "random_states_0.pkl").exists():
+            raise _everywhere(
+                f"trainer.resume={path}: incomplete checkpoint ({problem}); give the run folder "
+                "to use its latest complete checkpoint"
+            )
+        raise _everywhere(
+            f"trainer.resume={path}: neither a checkpoint folder nor a run folder with "
+            "checkpoints/step_N folders"
+        )
+    skipped = []
+    for folder in reversed(folders):
+        problem = _problem(folder)
+        if problem is None:
+            if skipped and env_rank() == 0:
+                print(
+                    f"mtl: trainer.resume: skipping incomplete {'; '.join(skipped)}; "
+                    f"resuming from {folder}",
+                    file=sys.stderr,
+                )
+            return str(folder)
+        skipped.append(f"{folder.name} ({problem})")
+    raise _everywhere(
+        f"trainer.resume={path}: no complete checkpoint in {root} "
+        f"(incomplete: {'; '.join(skipped)}); start without trainer.resume"
+    )
+
+
+def _everywhere(message: str) -> MtlError:
+    """An MtlError every rank raises alike (printed once, by rank 0)."""
+    err = MtlError(message)
+    err.all_ranks = True
+    return err
+
+
+class StopSignal:
+    """Turns SIGTERM and SIGUSR1 into a request to save a checkpoint and stop.
+
+    Creating it installs handlers for both signals in this process; `close()` (or leaving the
+    `with` block) puts the previous handlers back. A handler only records the signal, so the step
+    under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
+    it is True from the first step boundary at which any rank has received a signal, on every
+    rank alike (on several processes, a tiny all-reduce of the flag), so all ranks save the same
+    step. Use in the loop:
+
+        with StopSignal() as stop:
+            for ...:  # one optimizer step
+                ...
+                if stop.should_stop(accelerator):
+                    accelerator.print(stop.message(state.step, run_dir))
+                    save_checkpoint(accelerator, run_dir, state.step, t.keep_last)
+                    break
+
+    Handlers can only be installed from the main thread; elsewhere it installs nothing and
+    never asks to stop.
+    """
+
+    SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s)
+
+    def __init__(self):
+        self.received = 0  # number of the signal this process received, 0 before any
+        self.agreed = 0  # the signal the ranks agreed to stop for (highest number), 0 before
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = self.received or signum
+
+    def should_stop(self, accelerator) -> bool:
+        """Whether to save and stop at this step boundary (a collective on several processes)."""
+        if self.agreed:
+            return True
+        if accelerator.num_processes == 1:
+            self.agreed = self.received
+        else:
+            import torch
+
+            flag = torch.tensor([self.received], dtype=torch.int32, device=accelerator.device)
+            self.agreed = int(accelerator.reduce(flag, reduction="max").item())
+        return bool(self.agreed)
+
+    @property
+    def signal_name(self) -> str:
+        signum = self.agreed or self.received
+        return signal.Signals(signum).name if signum else ""
+
+    def message(self, step: int, run_dir: Path | str) -> str:
+        """The one line the run prints when it stops for a signal."""
+        return STOP_MESSAGE.format(signal=self.signal_name, step=step, run_dir=run_dir)
+
+    def close(self) -> None:
+        """Put back the handlers that were there before."""
+        for signum, handler in self._previous.items():
+            # None: a handler not installed from Python; the default is the best stand-in.
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+
+    def __enter__(self) -> StopSignal:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+BEST = "best"
+
+
+def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Path:
+    """The model's weights and `best.json` (step, figures) in `<run>/checkpoints/best`, written
+    whole or not at all. A collective: call it on every rank."""
+    root = Path(run_dir) / "checkpoints"
+    final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
+    state = accelerator.get_state_dict(model)  # a collective under some strategies
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        accelerator.save(state, tmp / "model.pt", safe_serialization=False)
+        (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
+        _seal(tmp, step)
+        _put_in_place(tmp, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_best(accelerator, model, run_dir: Path) -> dict | None:
+    """Load the best weights into `model` (every rank); returns best.json, None if none saved."""
+    folder = Path(run_dir) / "checkpoints" / BEST
+    if not (folder / MARKER).is_file():
+        return None
+    import torch
+
+    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    accelerator.unwrap_model(model).load_state_dict(state)
+    return json.loads((folder / "best.json").read_text())
+
+
+def trained_weights(path: str) -> tuple[dict, Path]:
+    """The model weights of a run folder (its best model, else its latest complete checkpoint),
+    a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
+    heads.safetensors), and where they came from (`model.init_from`)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from mtl.inference.export import HEADS_FILE, is_export
+
+    folder = Path(path)
+    if is_export(folder):
+        from mtl.models import load_encoder
+
+        encoder = load_encoder(str(folder)).state_dict()
+        heads = load_file(folder / HEADS_FILE)
+        state = {f"encoder.{k}": v for k, v in encoder.items()}
+        return state | {f"heads.{k}": v for k, v in heads.items()}, folder
+    best = folder / "checkpoints" / BEST / "model.pt"
+    if (folder / "checkpoints" / BEST / MARKER).is_file():
+        return torch.load(best, map_location="cpu", weights_only=True), best
+    if folder.name == BEST and (folder / MARKER).is_file():
+        return torch.load(folder / "model.pt", map_location="cpu", weights_only=True), folder
+    try:
+        checkpoint = Path(resolve_checkpoint(path))
+    except MtlError:
+        raise MtlError(
+            f"model.init_from={path}: not an mtl run, checkpoint or export folder (no complete "
+            "checkpoint in it); give <run folder>, <run>/checkpoints/step_N or <run>/export"
+        ) from None
+    return load_file(checkpoint / "model.safetensors"), checkpoint

@@ -1,0 +1,213 @@
+"""Every option of every config group composes; loaders and samplers hold their defaults once.
+
+The loader and sampler YAMLs name `_target_` and deliberate overrides only (each with a comment
+saying why); every other value comes from the class's own signature through its schema
+(`mtl.config.parts`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+
+from mtl.artifacts import config_dir
+from mtl.config import register_configs, validate
+from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS, LOADER_GIVEN, SAMPLER_GIVEN
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = config_dir()
+BASE = ["task=[synthetic_cls,synthetic_tag]", "model=tiny", "logger=none"]
+STRUCTURAL = {"defaults", "_target_", "_partial_"}
+
+# What each option of the two groups composed to before their defaults moved into the classes
+# (the YAMLs then spelled out every option): the effective values must not change.
+BEFORE = {
+    ("loader", "mixup"): {"exhaust": None, "steps_per_epoch": None},
+    ("loader", "random"): {
+        "weighting": "proportional",
+        "temperature": 2.0,
+        "size_cap": None,
+        "exhaust": None,
+        "steps_per_epoch": None,
+    },
+    ("loader", "round_robin"): {"exhaust": None, "steps_per_epoch": None},
+    ("loader", "sequential"): {"shuffle_tasks": True, "exhaust": None, "steps_per_epoch": None},
+    ("sampler", "block_shuffle"): {"sort_bs_num": 50, "sort_noise": 0.0, "drop_last": False},
+    ("sampler", "random"): {"drop_last": False},
+    ("sampler", "token_budget"): {"max_tokens": 4096, "sort_bs_num": None, "drop_last": False},
+}
+
+
+def options(group: str) -> list[str]:
+    """The options of a config group: its YAML files (task files in subfolders as `glue/cola`)."""
+    folder = CONF / group
+    names = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            names.append(entry.name[: -len(".yaml")])
+        elif entry.is_dir() and group == "task":
+            names += [f"{entry.name}/{n}" for n in options(f"task/{entry.name}")]
+    return sorted(names)
+
+
+def compose_with(*overrides: str):
+    GlobalHydra.instance().clear()
+    register_configs()
+    store = ConfigStore.instance()
+    for name, schema in LOADER_AND_SAMPLER_SCHEMAS.items():
+        store.store(name=name, node=schema)  # register_configs stores them too, once it lists them
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
+        return compose("config", overrides=[*BASE, *overrides])
+
+
+GROUP_OPTIONS = [
+    *[("task", f"task=[{name}]") for name in options("task")],
+    *[
+        (g, f"{g}={name}")
+        for g in ("loader", "sampler", "model", "trainer", "logger")
+        for name in options(g)
+    ],
+    *[(g, f"{g}={name}") for g in ("experiment", "debug", "hparams_search") for name in options(g)],
+]
+
+
+@pytest.mark.parametrize(("group", "override"), GROUP_OPTIONS, ids=[o for _, o in GROUP_OPTIONS])
+def test_every_option_of_every_group_composes_and_validates(group, override):
+    cfg = compose_with(override)
+    settings = validate(cfg)
+    assert settings.tasks
+    if group == "task":
+        assert list(settings.tasks) == [override[len("task=[") : -1].rsplit("/", 1)[-1]]
+    elif group in ("loader", "sampler"):
+        assert (
+            cfg[group]._target_
+            == OmegaConf.load(CONF / group / f"{override.split('=')[1]}.yaml")._target_
+        )
+
+
+LOADERS_AND_SAMPLERS = [(g, n) for g in ("loader", "sampler") for n in options(g)]
+
+
+def yaml_keys(group: str, name: str) -> dict[str, tuple[object, str]]:
+    """The YAML's own keys (not structural): key -> (value, the comment on its line)."""
+    text = (CONF / group / f"{name}.yaml").read_text()
+    node = OmegaConf.load(CONF / group / f"{name}.yaml")
+    comments = {}
+    for line in text.splitlines():
+        match = re.match(r"^(\w+):[^#]*(#.*)?$", line)
+        if match:
+            comments[match.group(1)] = (match.group(2) or "").lstrip("# ")
+    return {k: (node[k], comments.get(k, "")) for k in node if k not in STRUCTURAL}
+
+
+def class_defaults(group: str, target: str) -> dict[str, object]:
+    given = LOADER_GIVEN if group == "loader" else SAMPLER_GIVEN
+    parameters = inspect.signature(get_class(target)).parameters.values()
+    return {
+        p.name: p.default for p in parameters if p.name not in given and p.default is not p.empty
+    }
+
+
+@pytest.mark.parametrize(("group", "name"), LOADERS_AND_SAMPLERS)
+def test_yaml_names_its_class_and_only_deliberate_overrides(group, name):
+    node = OmegaConf.load(CONF / group / f"{name}.yaml")
+    assert list(node.defaults) == [f"/{name}_{group}_schema", "_self_"]
+    assert (group == "sampler") == bool(node.get("_partial_"))
+    defaults = class_defaults(group, node._target_)
+    for key, (value, comment) in yaml_keys(group, name).items():
+        assert key in defaults, f"{group}/{name}.yaml: {key} is not an option of {node._target_}"
+        assert value != defaults[key], f"{group}/{name}.yaml repeats the class default {key}"
+        assert comment.startswith("override:"), f"{group}/{name}.yaml: say why {key} differs"
+
+
+@pytest.mark.parametrize(("group", "name"), LOADERS_AND_SAMPLERS)
+def test_composed_values_are_the_class_defaults_and_the_yaml_overrides(group, name):
+    cfg = compose_with(f"{group}={name}")
+    composed = OmegaConf.to_container(cfg[group])
+    target = composed.pop("_target_")
+    composed.pop("_partial_", None)
+    overrides = {k: v for k, (v, _) in yaml_keys(group, name).items()}
+    assert composed == {**class_defaults(group, target), **overrides}
+    assert composed == BEFORE[(group, name)]
+
+
+def tiny_loaders(sampler_factory, sizes: dict[str, int]) -> dict[str, DataLoader]:
+    loaders = {}
+    for i, (task, n) in enumerate(sizes.items()):
+        lengths = [1 + j % 7 for j in range(n)]
+        sampler = sampler_factory(lengths, 4, seed=1000 * i, num_replicas=1, rank=0)
+        data = [{"input_ids": torch.full((k,), 5), "labels": torch.tensor(0)} for k in lengths]
+        loaders[task] = DataLoader(data, batch_sampler=sampler, collate_fn=collate)
+    return loaders
+
+
+def collate(rows: list[dict]) -> dict:
+    length = max(len(r["input_ids"]) for r in rows)
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r["input_ids"])] = r["input_ids"]
+    return {"input_ids": ids, "attention_mask": (ids > 0).long(), "labels": torch.zeros(len(rows))}
+
+
+@pytest.mark.parametrize("name", options("sampler"))
+def test_every_sampler_builds_as_its_class_with_the_yaml_overrides(name):
+    node = compose_with(f"sampler={name}").sampler
+    overrides = {k: v for k, (v, _) in yaml_keys("sampler", name).items()}
+    lengths = [1 + (7 * j) % 23 for j in range(150)]
+    built = instantiate(node)(lengths, 8, seed=3, num_replicas=2, rank=1)
+    direct = get_class(node._target_)(lengths, 8, seed=3, num_replicas=2, rank=1, **overrides)
+    for epoch in range(2):
+        assert [b.tolist() for b in built.epoch_batches(epoch)] == [
+            b.tolist() for b in direct.epoch_batches(epoch)
+        ]
+
+
+@pytest.mark.parametrize("name", options("loader"))
+def test_every_loader_builds_as_its_class_and_runs_an_epoch(name):
+    cfg = compose_with(f"loader={name}")
+    make_sampler = instantiate(cfg.sampler)
+    sizes = {"a": 9, "b": 5, "c": 14}
+    cls = get_class(cfg.loader._target_)
+    given = (
+        {"seed": 2, "pad_token_id": 0}
+        if "pad_token_id" in inspect.signature(cls).parameters
+        else {"seed": 2}
+    )
+    built = instantiate(cfg.loader, tiny_loaders(make_sampler, sizes), **given)
+    direct = cls(tiny_loaders(make_sampler, sizes), **given)
+    assert built.options() == direct.options()  # no loader YAML overrides a default
+    assert len(list(built)) == len(direct) > 0
+
+
+@pytest.mark.parametrize("override", ["loader.weightin=uniform", "sampler.sort_bs=3"])
+def test_a_mistyped_key_of_a_builtin_loader_or_sampler_is_refused(override):
+    with pytest.raises(HydraException, match="weightin|sort_bs"):
+        compose_with(override)
+
+
+def test_the_options_of_a_builtin_are_set_from_the_command_line():
+    cfg = compose_with("loader=random", "loader.weighting=temperature", "loader.temperature=3")
+    assert (cfg.loader.weighting, cfg.loader.temperature) == ("temperature", 3.0)
+    cfg = compose_with("sampler=token_budget", "sampler.max_tokens=512", "sampler.drop_last=true")
+    sampler = instantiate(cfg.sampler)([3] * 40, 4)
+    assert (sampler.max_tokens, sampler.drop_last) == (512, True)
+
+
+def test_a_users_loader_adds_keys_of_its_own():
+    project = ROOT / "examples" / "custom_project"
+    cfg = compose_with(
+        f"hydra.searchpath=[file://{project / 'conf'}]", "loader=blocks", "loader.block=2"
+    )
+    assert cfg.loader._target_ == "my_project.loaders.BlockLoader"
+    assert cfg.loader.block == 2

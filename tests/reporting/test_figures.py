@@ -1,0 +1,257 @@
+"""mtl-report figures, the W&B workspace spec and the W&B run summaries, on a real tiny run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from mtl.config import register_configs
+from mtl.reporting import workspace
+from mtl.reporting.figures import job_figures, main, read_rows, report, run_figures, sweep_figures
+from mtl.reporting.wandb_file import records
+from mtl.training.loop import run
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A real tiny run with the W&B tracker (offline), evaluated every 2 of its 8 steps."""
+    out = tmp_path_factory.mktemp("report") / "run"
+    overrides = [
+        "debug=fast",
+        f"task=[{','.join(TASKS)}]",
+        "logger=wandb",
+        "trainer.max_steps=8",
+        "trainer.eval_every=2",
+        f"output_dir={out}",
+    ]
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("config", overrides=overrides)
+    run(cfg)
+    hydra = out / ".hydra"  # what Hydra writes next to a run launched by train.py
+    hydra.mkdir()
+    from omegaconf import OmegaConf
+
+    (hydra / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (hydra / "overrides.yaml").write_text(yaml.safe_dump(overrides[:-1]))
+    return out
+
+
+def logged_keys(run_dir: Path) -> set[str]:
+    return {key for row in read_rows(run_dir / "metrics.jsonl") for key in row}
+
+
+def test_run_report_writes_a_png_per_concern(run_dir, capsys):
+    main([str(run_dir)])
+    printed = capsys.readouterr().out.split()
+    names = {"report_shares", "report_losses", "report_dev", "report_throughput"}
+    assert {Path(p).stem for p in printed} == names
+    for path in map(Path, printed):
+        assert path.parent == run_dir and path.stat().st_size > 10_000
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
+    rows = read_rows(run_dir / "metrics.jsonl")
+    figures = run_figures(rows)
+    shares = figures["report_shares"].axes
+    assert [ax.get_title() for ax in shares] == TASKS
+    for ax, task in zip(shares, TASKS, strict=True):
+        window, total, target = ax.get_lines()
+        logged = [row for row in rows if f"share_total/{task}" in row]
+        assert list(total.get_xdata()) == [row["step"] for row in logged]
+        assert list(total.get_ydata()) == [row[f"share_total/{task}"] for row in logged]
+        assert list(target.get_ydata()) == [row[f"share_target/{task}"] for row in logged]
+        assert list(window.get_ydata()) == [row[f"share/{task}"] for row in logged]
+    assert len(figures["report_losses"].axes) == len(TASKS) + 1
+    # One panel per task; regression's mse (lower is better) gets a right-hand axis of its own.
+    dev = figures["report_dev"].axes
+    assert len(dev) == len(TASKS) + 1
+    evals = [row for row in rows if "eval/synthetic_reg/mse" in row]
+    mse = next(line for ax in dev for line in ax.get_lines() if "mse" in line.get_label())
+    assert list(mse.get_ydata()) == [row["eval/synthetic_reg/mse"] for row in evals]
+    assert len(evals) == 4
+
+
+def write_job(folder: Path, overrides: list[str], evals: list[dict], results: dict | None):
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    rows = [{"step": 1, "loss": 1.0, "share/a": 1.0}]
+    rows += [{"step": 2 * (i + 1), **figures} for i, figures in enumerate(evals)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if results is not None:
+        (folder / "results.json").write_text(json.dumps(results))
+
+
+def test_sweep_report_bars_the_monitored_value_of_each_job(tmp_path):
+    early = {"eval/a/accuracy": 0.5, "eval/a/f1": 0.1, "eval/b/pearson": 0.3, "eval/b/mse": 2.0}
+    late = {"eval/a/accuracy": 0.7, "eval/a/f1": 0.2, "eval/b/pearson": 0.4, "eval/b/mse": 1.0}
+    best = {"eval/mean": 0.65, **early}
+    write_job(tmp_path / "0_loader=random", ["loader=random", "seed=1"], [early, late],
+              {"monitor": "eval/mean", "best_step": 2, "best": best, **late})  # fmt: skip
+    write_job(tmp_path / "1_loader=mixup", ["loader=mixup", "seed=1"], [late, early], None)
+    write_job(tmp_path / "2_loader=round_robin", ["loader=round_robin", "seed=1"], [], None)
+    (tmp_path / "multirun.yaml").write_text("{}")
+
+    values = [job_figures(job)[0] for job in sorted(p for p in tmp_path.iterdir() if p.is_dir())]
+    assert values[0] == 0.65  # results.json: best[monitor]
+    assert values[1] == pytest.approx((0.5 + 0.3) / 2)  # each task's first metric, last eval
+    assert values[2] != values[2]  # no evaluation: NaN
+
+    figures = sweep_figures(tmp_path)
+    bars = figures["report_sweep_monitor"].axes[0]
+    assert [t.get_text() for t in bars.get_yticklabels()] == [
+        "loader=random",
+        "loader=mixup",
+        "loader=round_robin",
+    ]
+    assert [p.get_width() for p in bars.patches] == pytest.approx([0.65, 0.4, 0.0])
+    table = figures["report_sweep_metrics"].axes[0]
+    cells = [t.get_text() for t in table.texts]
+    assert cells[:4] == ["0.500", "0.100", "0.300", "2.000"]  # job 0 at its best step
+    assert cells[4:8] == ["0.500", "0.100", "0.300", "2.000"]  # job 1 at its last evaluation
+    assert cells[8:] == ["-"] * 4
+
+    paths = report(tmp_path)
+    assert [p.name for p in paths] == ["report_sweep_monitor.png", "report_sweep_metrics.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "no_jobs"])
+def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
+    folder = tmp_path / "x"
+    if make != "missing":
+        folder.mkdir()
+    if make == "no_jobs":
+        (folder / "notes").mkdir()
+        (folder / "notes" / "a.txt").write_text("x")
+    result = subprocess.run(
+        [sys.executable, "-m", "mtl.reporting.figures", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mtl: error: ") and str(folder) in lines[0]
+    assert result.stdout == ""
+
+
+def workspace_script(*args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "mtl.reporting.workspace", "--entity", "e",
+         "--project", "p", "--dry-run", *args],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def load_script():
+    return workspace
+
+
+def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
+    script = load_script()
+    spec = workspace_script("--run", str(run_dir))
+    keys = script.spec_keys(spec)
+    assert not keys["regex"]
+    logged = logged_keys(run_dir)
+    assert keys["history"] <= logged, keys["history"] - logged
+    config = script.flat(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()))
+    assert keys["config"] and keys["config"] <= set(config)
+    for task in TASKS:
+        assert {f"share/{task}", f"share_target/{task}", f"eval/{task}/accuracy"} & keys["history"]
+    assert {k for k in logged if k.startswith("eval/")} <= keys["history"]
+    names = [s["name"] for s in spec["sections"]]
+    assert len(names) == 5 and names[-1] == "Sweep comparison"
+
+    workspace = script.build_workspace(spec)  # wandb-workspaces objects, no network
+    assert [len(s.panels) for s in workspace.sections] == [
+        len(s["panels"]) for s in spec["sections"]
+    ]
+
+
+def test_workspace_from_task_names_matches_dev_metrics_by_pattern(run_dir):
+    spec = workspace_script("--tasks", ",".join(TASKS))
+    keys = load_script().spec_keys(spec)
+    logged = logged_keys(run_dir)
+    assert keys["history"] <= logged
+    for pattern in keys["regex"]:
+        assert any(re.search(pattern, key) for key in logged), pattern
+    assert len(keys["regex"]) == len(TASKS)
+
+
+def test_wandb_summary_holds_the_best_dev_value_and_the_lowest_loss(run_dir):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    summary, job_type = {}, None
+    for payload in records(path):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        kind = record.WhichOneof("record_type")
+        if kind == "summary":
+            for item in record.summary.update:
+                summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+        elif kind == "run":
+            job_type = record.run.job_type
+    assert job_type == "train"
+    rows = read_rows(run_dir / "metrics.jsonl")
+    for key in logged_keys(run_dir) - {"step"}:
+        values = [row[key] for row in rows if key in row]
+        if key.endswith("/mse") or key == "loss" or key.startswith("loss/"):
+            assert summary[key] == {"min": pytest.approx(min(values)), "last": values[-1]}, key
+        elif key.startswith("eval/"):
+            assert summary[key] == {"max": pytest.approx(max(values)), "last": values[-1]}, key
+        else:
+            assert summary[key] == {"last": pytest.approx(values[-1])}, key
+
+
+def test_report_again_replaces_its_figures_and_writes_nothing_else(run_dir, tmp_path, capsys):
+    import shutil
+
+    folder = shutil.copytree(run_dir, tmp_path / "run")
+    main([str(folder)])
+    first = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    main([str(folder)])
+    printed = capsys.readouterr().out.split()
+    assert len(printed) == 8 and {p.name for p in folder.iterdir()} == set(first)
+    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[4:])
+
+
+@pytest.mark.parametrize("bad", ["figure name is a folder", "metrics not utf-8"])
+def test_report_bad_run_folders_are_one_line_and_change_nothing(run_dir, tmp_path, capsys, bad):
+    import shutil
+
+    folder = shutil.copytree(run_dir, tmp_path / "run")
+    if bad == "figure name is a folder":
+        (folder / "report_dev.png").unlink(missing_ok=True)  # drawn by an earlier test
+        (folder / "report_dev.png").mkdir()
+        (folder / "report_dev.png" / "mine.txt").write_text("keep")
+    else:
+        (folder / "metrics.jsonl").write_bytes(b"\xff\xfe\x00not text")
+    before = {p.relative_to(tmp_path): p.read_bytes() if p.is_file() else None
+              for p in tmp_path.rglob("*")}  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        main([str(folder)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("mtl: error: ") and err.count("\n") == 1
+    after = {p.relative_to(tmp_path): p.read_bytes() if p.is_file() else None
+             for p in tmp_path.rglob("*")}  # fmt: skip
+    assert after == before

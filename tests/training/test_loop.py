@@ -1,0 +1,412 @@
+"""End-to-end: the real config composed with overrides, a few training steps in-process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtl.reporting.wandb_file import read_history, record_types
+from mtl.training.loop import run
+
+ROOT = Path(__file__).resolve().parents[2]
+LOADERS = ["sequential", "round_robin", "random", "mixup"]
+SAMPLERS = ["random", "block_shuffle"]
+TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("loader", LOADERS)
+def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
+    cfg = make_cfg(f"loader={loader}", f"sampler={sampler}")
+    final = run(cfg)
+    for task in TASKS:
+        assert any(key.startswith(f"eval/{task}/") for key in final)
+    rows = read_metrics(tmp_path / "run")
+    steps = [r["step"] for r in rows if "loss" in r]
+    assert steps == [1, 2, 3, 4]
+    assert [r["step"] for r in rows if any(k.startswith("eval/") for k in r)] == [4]
+    for row in rows:
+        if "loss" in row:
+            task_losses = [row[f"loss/{t}"] for t in TASKS if f"loss/{t}" in row]
+            assert task_losses and all(loss > 0 for loss in task_losses)
+            assert row["loss"] > 0
+            shares = [row[f"share/{t}"] for t in TASKS]
+            assert sum(shares) == pytest.approx(1.0)
+            assert 0 < row["padding_efficiency"] <= 1
+            # sequences per real token: each sequence holds 2 ([CLS] [SEP]) to 64 tokens here
+            per_token = row["examples_per_s"] / row["tokens_per_s"]
+            assert 1 / 64 <= per_token <= 1 / 2
+    assert (tmp_path / "run" / "checkpoints" / "step_0000004").is_dir()
+
+
+def losses_by_step(run_dir: Path) -> dict[int, dict]:
+    return {
+        r["step"]: {k: v for k, v in r.items() if k.startswith("loss")}
+        for r in read_metrics(run_dir)
+        if "loss" in r
+    }
+
+
+@pytest.mark.parametrize("loader", ["random", "mixup"])
+def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
+    common = [
+        f"loader={loader}",
+        "trainer.max_steps=10",
+        "trainer.epochs=3",
+        "data.max_examples=96",
+    ]
+    full = tmp_path / "full"
+    run(make_cfg(*common, output_dir=full))
+    part = tmp_path / "part"
+    run(make_cfg(*common, "trainer.max_steps=10", "trainer.checkpoint_every=3", output_dir=part))
+    resumed = tmp_path / "resumed"
+    ckpt = part / "checkpoints" / "step_0000006"
+    run(make_cfg(*common, f"trainer.resume={ckpt}", output_dir=resumed))
+    expected, got = losses_by_step(full), losses_by_step(resumed)
+    assert sorted(got) == [7, 8, 9, 10]
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
+
+
+def test_wandb_offline_run_has_shares_that_sum_to_one(make_cfg, tmp_path):
+    run(make_cfg("logger=wandb", "loader=mixup"))
+    files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    history = [row for row in read_history(files[0]) if "loss" in row]
+    assert len(history) == 4, record_types(files[0])
+    for row in history:
+        shares = [row[f"share/{t}"] for t in TASKS]
+        assert all(s > 0 for s in shares)
+        assert sum(shares) == pytest.approx(1.0)
+        assert {f"share_target/{t}" for t in TASKS} <= set(row)
+
+
+def train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args, "debug=fast"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.epochs=0", "trainer.epochs=0 must be >= 1"),
+        ("trainer.lr=fast", "trainer.lr"),
+        ("loader.weighting=heavy", "weighting"),
+        ("sampler.sort_bs_num=0", "sort_bs_num"),
+        ("task.synthetic_cls.type=ranking", "task.synthetic_cls.type"),
+        ("task=[synthetic_cls,synthetic_cls]", "given twice"),
+        ("task=[synthetic_cls,nope]", "unknown task 'nope'; choose from"),
+        ("loader=mix", "unknown loader 'mix'; choose from mixup"),
+    ],
+)
+def test_bad_config_gives_one_clear_line(tmp_path, override, expected):
+    result = train_cli(
+        "task=[synthetic_cls,synthetic_reg]", override, f"output_dir={tmp_path}", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"row {i}", "label": 7}) for i in range(20)))
+    task = tmp_path / "conf_extra"
+    (task / "task").mkdir(parents=True)
+    (task / "task" / "bad.yaml").write_text(
+        "# @package task.bad\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\nlabel_names: [neg, pos]\n"
+    )
+    keep = tmp_path / "run" / "checkpoints" / "step_0000001"
+    keep.mkdir(parents=True)
+    result = train_cli(
+        "task=[bad]",
+        f"hydra.searchpath=[file://{task}]",
+        f"output_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip().splitlines()
+    assert len(line) == 1 and "bad" in line[0] and "7" in line[0]
+    assert keep.is_dir()
+
+
+@pytest.mark.slow
+def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path):
+    result = train_cli(
+        "-m",
+        "loader=sequential,mixup",
+        "sampler=random,block_shuffle",
+        "logger=wandb",
+        "task=[synthetic_cls,synthetic_tag]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 4
+    for job in jobs:
+        assert (job / ".hydra" / "config.yaml").is_file()
+        assert len(list((job / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+        assert (job / "metrics.jsonl").is_file()
+
+
+def test_grad_accum_steps_at_every_epoch_end(make_cfg, tmp_path):
+    # 3 tasks x 4 batches = 12 batches per epoch; grad_accum 5 -> groups of 5, 5, 2.
+    run(make_cfg("trainer.max_steps=null", "trainer.epochs=2", "trainer.grad_accum=5"))
+    steps = [r["step"] for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    epochs = [r["epoch"] for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert epochs == [0, 0, 0, 1, 1, 1]
+
+
+def test_epochs_of_varying_length_all_run_to_the_end(make_cfg, tmp_path):
+    """random + exhaust=first: each epoch's length is its own; the LR horizon is their sum."""
+    from mtl.loaders import RandomLoader
+
+    run(
+        make_cfg(
+            "loader=random",
+            "loader.exhaust=first",
+            "loader.weighting=uniform",
+            "trainer.max_steps=null",
+            "trainer.epochs=4",
+            "trainer.log_every=3",
+            "data.max_examples=96",
+            "task.synthetic_cls.batch_size=8",
+        )
+    )
+    # The tasks' batches per pass with 96 examples each: 12 (batch 8), 6 and 6 (batch 16).
+    stand_in = RandomLoader(
+        {"synthetic_cls": range(12), "synthetic_tag": range(6), "synthetic_reg": range(6)},
+        weighting="uniform",
+        exhaust="first",
+    )
+    lengths = [len(stand_in.schedule(epoch)) for epoch in range(4)]
+    assert len(set(lengths)) > 1  # the epochs differ, or the test shows nothing
+    rows = read_metrics(tmp_path / "run")
+    logged = [r for r in rows if "loss" in r]
+    assert logged[-1]["step"] == sum(lengths)  # every epoch ran, the last window was logged
+    assert logged[-1]["lr"] == pytest.approx(0.0, abs=1e-12)  # the schedule reached its end
+    evals = [r["step"] for r in rows if any(k.startswith("eval/") for k in r)]
+    assert evals == list(np.cumsum(lengths))
+
+
+def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_path, capsys):
+    data = tmp_path / "long.jsonl"
+    words = " ".join(f"word{i}" for i in range(900))  # far more tokens than 512 positions
+    data.write_text("\n".join(json.dumps({"text": words, "label": i % 2}) for i in range(12)))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "long.yaml").write_text(
+        "# @package task.long\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\nmax_length: 4096\nbatch_size: 4\n"
+    )
+    final = run(make_cfg("task=[synthetic_cls,long]", f"hydra.searchpath=[file://{conf}]"))
+    warning = [line for line in capsys.readouterr().err.splitlines() if "max_length" in line]
+    assert warning == [
+        "mtl: warning: task 'long': max_length 4096 is more than the encoder takes "
+        "(512 tokens); using 512"
+    ]
+    assert "eval/long/accuracy" in final
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(tmp_path):
+    import signal
+    import time
+
+    common = [
+        "task=[synthetic_cls,synthetic_tag]",
+        "loader=random",
+        "trainer.max_steps=60",
+        "trainer.epochs=20",
+    ]
+    full = tmp_path / "full"
+    assert train_cli(*common, f"output_dir={full}", cwd=tmp_path).returncode == 0
+    part = tmp_path / "part"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *common, f"output_dir={part}", "debug=fast"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = part / "metrics.jsonl"
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 5):
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    stopped = [line for line in stderr.splitlines() if "SIGTERM" in line]
+    assert len(stopped) == 1 and "trainer.resume=" in stopped[0]
+    saved = sorted((part / "checkpoints").glob("step_*"))
+    assert len(saved) == 1
+    stop_step = int(saved[0].name.split("_")[1])
+    assert 5 <= stop_step < 60
+    resumed = tmp_path / "resumed"
+    result = train_cli(*common, f"trainer.resume={part}", f"output_dir={resumed}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected, got = losses_by_step(full), losses_by_step(resumed)
+    assert sorted(got) == list(range(stop_step + 1, 61))
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
+
+
+def test_best_model_and_early_stopping(make_cfg, tmp_path):
+    """A monitored figure that is best early (the MSE of a regression task, taken as 'max'):
+    the best step is the arg-max over the logged evaluations, the run stops `patience`
+    evaluations after it, and `main` returns the best value."""
+    from mtl.training.loop import main
+
+    cfg = make_cfg(
+        "task=[synthetic_cls,synthetic_reg]",
+        "trainer.max_steps=40",
+        "trainer.eval_every=1",
+        "trainer.monitor=eval/synthetic_reg/mse",
+        "trainer.monitor_mode=max",
+        "trainer.patience=3",
+        "trainer.head_lr=1e-2",
+    )
+    best_value = main(cfg)
+    rows = read_metrics(tmp_path / "run")
+    evals = [(r["step"], r["eval/synthetic_reg/mse"]) for r in rows if "eval/mean" in r]
+    best_step, expected = max(evals, key=lambda e: (e[1], -e[0]))
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["best_step"] == best_step
+    assert best_value == results["best"]["eval/synthetic_reg/mse"] == expected
+    steps = [step for step, _ in evals]
+    assert steps[-1] == steps[steps.index(best_step) + 3] < 40  # stopped by patience
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "best.json").read_text())
+    assert best["step"] == best_step
+    for row in rows:  # eval/mean is the mean of each task's main metric
+        if "eval/mean" in row:
+            mean = (row["eval/synthetic_cls/accuracy"] + row["eval/synthetic_reg/pearson"]) / 2
+            assert row["eval/mean"] == pytest.approx(mean)
+
+
+def test_test_split_is_scored_with_the_best_model(make_cfg, tmp_path):
+    rows = [{"text": f"{'good' if i % 2 else 'bad'} item {i}", "label": i % 2} for i in range(40)]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "reviews.yaml").write_text(
+        "# @package task.reviews\ntype: sequence_classification\n"
+        f"source: {{train: {tmp_path}/train.jsonl, dev: {tmp_path}/dev.jsonl, "
+        f"test: {tmp_path}/dev.jsonl}}\nbatch_size: 8\n"
+    )
+    run(
+        make_cfg(
+            "task=[reviews]",
+            f"hydra.searchpath=[file://{conf}]",
+            "trainer.max_steps=12",
+            "trainer.eval_every=3",
+            "trainer.monitor=eval/reviews/accuracy",
+        )
+    )
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    # The test file is the dev file: scored with the best weights, it gives the best dev figure.
+    assert results["test/reviews/accuracy"] == results["best"]["eval/reviews/accuracy"]
+    logged = [r for r in read_metrics(tmp_path / "run") if "test/reviews/accuracy" in r]
+    assert len(logged) == 1
+
+
+ALL_TYPES = [
+    "synthetic_cls",
+    "synthetic_tag",
+    "synthetic_reg",
+    "synthetic_pair",
+    "synthetic_choice",
+    "synthetic_qa",
+]
+
+
+@pytest.mark.parametrize("loader", ["mixup", "random"])
+def test_every_task_type_trains_together(make_cfg, tmp_path, loader):
+    # One whole epoch (every batch of every task under random's each_once).
+    final = run(
+        make_cfg(f"task=[{','.join(ALL_TYPES)}]", f"loader={loader}", "trainer.max_steps=null")
+    )
+    mains = {
+        "synthetic_cls": "accuracy",
+        "synthetic_tag": "f1",
+        "synthetic_reg": "pearson",
+        "synthetic_pair": "accuracy",
+        "synthetic_choice": "accuracy",
+        "synthetic_qa": "exact_match",
+    }
+    for task, metric in mains.items():
+        assert f"eval/{task}/{metric}" in final
+    losses = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    seen = {t for r in losses for t in ALL_TYPES if r.get(f"loss/{t}", 0) > 0}
+    assert seen == set(ALL_TYPES)
+
+
+def test_a_missing_pair_column_is_one_line(tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"a {i}", "label": i % 2}) for i in range(20)))
+    conf = tmp_path / "conf" / "task"
+    conf.mkdir(parents=True)
+    (conf / "pairs.yaml").write_text(
+        "# @package task.pairs\ntype: sequence_classification\n"
+        f"source: {{path: {data}}}\ntext_pair_column: hypothesis\n"
+    )
+    result = train_cli("task=[pairs]", f"hydra.searchpath=[file://{conf.parent}]", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'hypothesis' missing" in lines[0] and "pairs" in lines[0]
+
+
+def test_init_from_a_trained_run_keeps_the_encoder_and_shared_heads(make_cfg, tmp_path, capsys):
+    import torch
+
+    from mtl.config import validate
+    from mtl.data import task_dataset
+    from mtl.training.build import build_model, build_tasks
+
+    trained = tmp_path / "trained"
+    run(make_cfg("task=[synthetic_cls,synthetic_reg]", output_dir=trained))
+    best = torch.load(trained / "checkpoints" / "best" / "model.pt", weights_only=True)
+
+    def built(*overrides):
+        settings = validate(make_cfg(*overrides))
+        tasks, _ = build_tasks(settings, 0)
+        return build_model(settings, tasks).eval(), tasks
+
+    # Into a single-task run: the shared task's logits are those of the trained model.
+    model, tasks = built("task=[synthetic_cls]", f"model.init_from={trained}")
+    assert "initialised from" in capsys.readouterr().err
+    reference, _ = built("task=[synthetic_cls,synthetic_reg]")  # loaded by hand, strictly
+    reference.load_state_dict(best)
+    rows = task_dataset(tasks["synthetic_cls"], "dev").__getitems__(list(range(8)))
+    batch = tasks["synthetic_cls"].collator()(rows)
+    with torch.no_grad():
+        ours = model.logits(batch)["synthetic_cls"]
+        theirs = reference.logits(batch)["synthetic_cls"]
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, best[key]), key
+    # Into a run with a new task: its head is fresh, the rest loaded; and it trains.
+    model, _ = built("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}")
+    state = model.state_dict()
+    shared = [k for k in state if not k.startswith("heads.synthetic_tag")]
+    assert all(torch.equal(state[k], best[k]) for k in shared)
+    assert not any(k.startswith("heads.synthetic_tag") for k in best)
+    final = run(make_cfg("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}"))
+    assert "eval/synthetic_tag/f1" in final
