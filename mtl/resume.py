@@ -1,0 +1,189 @@
+"""A resumed training is the same run: same W&B run, each logged row once, the same model.
+
+- `wandb_run_id` keeps the W&B run id in `<run>/wandb_run_id`, written once at the first start:
+  every later start in that folder continues that W&B run (`resume="allow"`).
+- `rewind_metrics` cuts `<run>/metrics.jsonl` back to the rows written before the checkpoint
+  being resumed was saved (atomically), so the steps run again are not logged twice.
+- `wandb_seen_step` reads back the `.wandb` files of the run: the last step W&B already holds,
+  which the resumed run does not send again.
+- `check_compatible` compares the checkpoint's tasks, heads and encoder with the run's model
+  before anything is loaded; a mismatch is one line that names what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from mtl.checkpoint import DESCRIPTION, MARKER
+from mtl.errors import MtlError
+from mtl.wandb_file import read_history
+
+RUN_ID_FILE = "wandb_run_id"
+METRICS = "metrics.jsonl"
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The run's W&B id: read from `<run>/wandb_run_id`, or made and written there once."""
+    path = Path(run_dir) / RUN_ID_FILE
+    if path.is_file():
+        run_id = path.read_text().strip()
+        if run_id.isalnum():
+            return run_id
+        raise MtlError(
+            f"{path} holds {run_id[:40]!r}, not a W&B run id; restore it or delete it "
+            "(the run then continues as a new W&B run)"
+        )
+    run_id = secrets.token_hex(4)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(run_id + "\n")
+    os.replace(tmp, path)
+    return run_id
+
+
+def read_rows(run_dir: Path) -> list[str]:
+    path = Path(run_dir) / METRICS
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def rewind_metrics(run_dir: Path, rows: int | None, step: int) -> list[dict]:
+    """Keep the first `rows` lines of metrics.jsonl (those written before the checkpoint; with
+    `rows=None`, from a checkpoint that did not count them, those of steps <= `step`), written
+    beside and renamed into place. Returns the rows kept."""
+    lines = [line for line in read_rows(run_dir) if line.strip()]
+    kept, parsed = [], []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            break  # a line cut short by the kill: it and what follows are rewritten
+        if (rows is not None and i >= rows) or (rows is None and row.get("step", 0) > step):
+            break
+        kept.append(line)
+        parsed.append(row)
+    if len(kept) != len(lines):
+        path = Path(run_dir) / METRICS
+        tmp = path.with_name(METRICS + ".tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return parsed
+
+
+def wandb_seen_step(run_dir: Path, run_id: str) -> int:
+    """The highest step in the `.wandb` files of W&B run `run_id` in the run folder (0: none)."""
+    seen = 0
+    for path in sorted((Path(run_dir) / "wandb").glob(f"*run-*-{run_id}/run-{run_id}.wandb")):
+        try:
+            rows = read_history(path)
+        except (ValueError, OSError):
+            continue
+        steps = [row.get("step", row.get("_step", 0)) for row in rows]
+        seen = max([seen, *(int(s) for s in steps if isinstance(s, int | float))])
+    return seen
+
+
+def describe(settings, tasks: dict) -> dict:
+    """What a checkpoint records of its run, to compare on resume."""
+    m = settings.model
+    return {
+        "tasks": {name: task.type for name, task in tasks.items()},
+        "model": m.name_or_path or "(packaged MiniLM)",
+        "tokenizer": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
+    }
+
+
+def check_compatible(checkpoint: str, model, description: dict, option: str) -> None:
+    """One-line MtlError when `checkpoint` was trained with other tasks, heads or encoder than
+    `model` (the unwrapped model of this run) and `description` (`describe`)."""
+    folder = Path(checkpoint)
+    run_of = folder.parent.parent if folder.parent.name == "checkpoints" else folder
+    fix = (
+        "resume with the config it was trained with, or start from its weights with a fresh "
+        f"optimizer: model.init_from={run_of} instead of {option}"
+    )
+    theirs = _saved_description(folder)
+    ours = description
+    for key in ("tasks", "model", "tokenizer"):
+        if theirs and key in theirs and theirs[key] != ours[key]:
+            raise _everywhere(
+                f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
+                f"has {_show(ours[key])}; {fix}"
+            )
+    shapes = _saved_shapes(folder)
+    if shapes is None:
+        return
+    here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    saved_tasks = sorted({k.split(".")[1] for k in shapes if k.startswith("heads.")})
+    run_tasks = sorted({k.split(".")[1] for k in here if k.startswith("heads.")})
+    if saved_tasks != run_tasks:
+        raise _everywhere(
+            f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
+            f"{run_tasks}; {fix}"
+        )
+    for part in ("heads.", "encoder."):
+        for key in sorted(k for k in shapes.keys() | here.keys() if k.startswith(part)):
+            if shapes.get(key) != here.get(key):
+                what = f"task {key.split('.')[1]!r}'s head" if part == "heads." else "the encoder"
+                raise _everywhere(
+                    f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
+                    f" there, {_shape(here, key)} here); {fix}"
+                )
+
+
+def _saved_description(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / DESCRIPTION).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _saved_shapes(folder: Path) -> dict[str, tuple] | None:
+    from safetensors import safe_open
+
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        return None
+    with safe_open(str(path), "pt") as f:
+        return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+
+
+def _shape(shapes: dict, key: str) -> str:
+    return f"shape {shapes[key]}" if key in shapes else "absent"
+
+
+def _show(value) -> str:
+    if isinstance(value, dict):
+        return "[" + ", ".join(f"{k} ({v})" for k, v in value.items()) + "]"
+    return repr(value)
+
+
+def _everywhere(message: str) -> MtlError:
+    err = MtlError(message)
+    err.all_ranks = True
+    return err
+
+
+def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> None:
+    """Refuse to train into a folder that holds another training (its metrics.jsonl or a
+    complete checkpoint), unless this is that training resumed (`same_run`)."""
+    if same_run:
+        return
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS
+    found = [f"{METRICS}"] if metrics.is_file() and metrics.stat().st_size else []
+    found += [
+        p.name for p in sorted((run_dir / "checkpoints").glob("step_*")) if (p / MARKER).is_file()
+    ]
+    if not found:
+        return
+    fix = (
+        f"train into a new folder to start from trainer.resume={resume} there"
+        if resume
+        else f"continue it with trainer.resume={run_dir}, or train into a new folder"
+    )
+    raise _everywhere(f"{run_dir} holds another training ({', '.join(found[:3])}); {fix}")
