@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -87,13 +88,18 @@ def wandb_seen_step(run_dir: Path, run_id: str) -> int:
     return seen
 
 
-def describe(settings, tasks: dict) -> dict:
-    """What a checkpoint records of its run, to compare on resume."""
+def describe(settings, tasks: dict, tokenizer) -> dict:
+    """What a checkpoint records of its run, to compare on resume: each task's type, the model
+    and the tokenizer (its name and a hash of its vocabulary)."""
     m = settings.model
+    vocab = sorted(tokenizer.get_vocab().items())
     return {
         "tasks": {name: task.type for name, task in tasks.items()},
         "model": m.name_or_path or "(packaged MiniLM)",
-        "tokenizer": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
+        "tokenizer": {
+            "name": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
+            "vocabulary": hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16],
+        },
     }
 
 
@@ -114,7 +120,7 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
                 f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
                 f"has {_show(ours[key])}; {fix}"
             )
-    shapes = _saved_shapes(folder)
+    shapes = _saved_shapes(folder, option)
     if shapes is None:
         return
     here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -125,10 +131,11 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
             f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
             f"{run_tasks}; {fix}"
         )
-    for part in ("heads.", "encoder."):
+    for part in ("encoder.", "heads."):
         for key in sorted(k for k in shapes.keys() | here.keys() if k.startswith(part)):
             if shapes.get(key) != here.get(key):
-                what = f"task {key.split('.')[1]!r}'s head" if part == "heads." else "the encoder"
+                task = key.split(".")[1]
+                what = f"the head of task {task!r}" if part == "heads." else "the encoder"
                 raise _everywhere(
                     f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
                     f" there, {_shape(here, key)} here); {fix}"
@@ -142,14 +149,26 @@ def _saved_description(folder: Path) -> dict | None:
         return None
 
 
-def _saved_shapes(folder: Path) -> dict[str, tuple] | None:
+def _saved_shapes(folder: Path, option: str) -> dict[str, tuple] | None:
     from safetensors import safe_open
 
     path = folder / "model.safetensors"
     if not path.is_file():
         return None
-    with safe_open(str(path), "pt") as f:
-        return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    except Exception as err:  # safetensors raises its own error types for a damaged header
+        raise unreadable(folder, option, err) from None
+
+
+def unreadable(folder: Path, option: str, err: Exception) -> MtlError:
+    """A checkpoint that cannot be loaded: a file damaged (its size right, its contents not)."""
+    detail = (str(err).strip().splitlines() or [""])[-1][:200]
+    return _everywhere(
+        f"{option}: checkpoint {folder} cannot be loaded ({type(err).__name__}: {detail}); "
+        f"resume from an earlier one: trainer.resume={folder.parent}/step_N"
+    )
 
 
 def _shape(shapes: dict, key: str) -> str:
@@ -157,6 +176,8 @@ def _shape(shapes: dict, key: str) -> str:
 
 
 def _show(value) -> str:
+    if isinstance(value, dict) and "vocabulary" in value:
+        return f"{value['name']!r} (vocabulary {value['vocabulary']})"
     if isinstance(value, dict):
         return "[" + ", ".join(f"{k} ({v})" for k, v in value.items()) + "]"
     return repr(value)
@@ -168,22 +189,20 @@ def _everywhere(message: str) -> MtlError:
     return err
 
 
-def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> None:
-    """Refuse to train into a folder that holds another training (its metrics.jsonl or a
-    complete checkpoint), unless this is that training resumed (`same_run`)."""
+def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
+    """Refuse to train into a folder that holds another training (a complete checkpoint),
+    unless this is that training resumed (`same_run`). True when the folder holds only the
+    rows of an attempt killed before its first checkpoint: this start is that run again."""
     if same_run:
-        return
+        return False
     run_dir = Path(run_dir)
+    found = [p.name for p in sorted(run_dir.glob("checkpoints/step_*")) if (p / MARKER).is_file()]
+    if found:
+        fix = (
+            f"train into a new folder to start from trainer.resume={resume} there"
+            if resume
+            else f"continue it with trainer.resume={run_dir}, or train into a new folder"
+        )
+        raise _everywhere(f"{run_dir} holds another training ({found[-1]}); {fix}")
     metrics = run_dir / METRICS
-    found = [f"{METRICS}"] if metrics.is_file() and metrics.stat().st_size else []
-    found += [
-        p.name for p in sorted((run_dir / "checkpoints").glob("step_*")) if (p / MARKER).is_file()
-    ]
-    if not found:
-        return
-    fix = (
-        f"train into a new folder to start from trainer.resume={resume} there"
-        if resume
-        else f"continue it with trainer.resume={run_dir}, or train into a new folder"
-    )
-    raise _everywhere(f"{run_dir} holds another training ({', '.join(found[:3])}); {fix}")
+    return metrics.is_file() and metrics.stat().st_size > 0

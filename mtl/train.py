@@ -69,6 +69,7 @@ from mtl.resume import (
     check_run_folder,
     describe,
     rewind_metrics,
+    unreadable,
     wandb_run_id,
     wandb_seen_step,
 )
@@ -172,9 +173,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
     run_dir = Path(cfg.output_dir)
     checkpoint = resolve_checkpoint(t.resume) if t.resume else None
     same_run = checkpoint is not None and run_of(checkpoint) == run_dir.resolve()
-    check_run_folder(run_dir, same_run, t.resume)
-    if accelerator.is_main_process:
-        print(f"mtl: run folder {run_dir.resolve()}", file=sys.stderr)
+    restart = check_run_folder(run_dir, same_run, t.resume)
     set_seed(cfg.seed, device_specific=True)
     tasks, tokenizer = build_tasks(settings, cfg.seed)
     loaders = build_train_loaders(
@@ -190,7 +189,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
     )
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     model = build_model(settings, tasks)
-    description = describe(settings, tasks)
+    description = describe(settings, tasks, tokenizer)
     if checkpoint is not None:
         check_compatible(checkpoint, model, description, f"trainer.resume={t.resume}")
     optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
@@ -202,8 +201,9 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
     state = TrainState(ShareMeter(list(tasks)))
     accelerator.register_for_checkpointing(loader, state)
     if checkpoint is not None:
-        accelerator.load_state(checkpoint)
-    logger = make_logger(cfg, settings, accelerator, state if same_run else None)
+        load_checkpoint(accelerator, checkpoint, f"trainer.resume={t.resume}")
+    rewind = (state.metrics_rows, state.step) if same_run else (0, 0) if restart else None
+    logger = make_logger(cfg, settings, accelerator, rewind)
     loss_sums = torch.zeros(len(tasks), 2, dtype=torch.float32, device=accelerator.device)
     r = Run(
         cfg, settings, run_dir, accelerator, tasks, loader, model, optimizer, scheduler,
@@ -214,11 +214,24 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
     if t.trace:
         sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
         r.tracer = Tracer(run_dir, accelerator, sizes)
+    if accelerator.is_main_process:
+        resumed = f" (resuming at step {state.step})" if checkpoint else ""
+        print(f"mtl: run folder {run_dir.resolve()}{resumed}", file=sys.stderr)
     if t.progress_bar and accelerator.is_main_process:
         from tqdm.auto import tqdm
 
         r.progress = tqdm(total=total_steps, initial=state.step, desc="train", dynamic_ncols=True)
     return r
+
+
+def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
+    """`accelerator.load_state`; a damaged file (right size, wrong contents) is one line."""
+    try:
+        accelerator.load_state(checkpoint)
+    except MtlError:
+        raise
+    except Exception as err:
+        raise unreadable(Path(checkpoint), option, err) from err
 
 
 def run_of(checkpoint: str) -> Path | None:
@@ -227,13 +240,14 @@ def run_of(checkpoint: str) -> Path | None:
     return folder.parent.parent if folder.parent.name == "checkpoints" else None
 
 
-def make_logger(cfg, settings: Settings, accelerator, resumed: TrainState | None) -> RunLogger:
-    """The run's logger. Resuming in its own folder (`resumed`: the loaded counters), the same
-    run continues: metrics.jsonl cut back to the checkpoint, the same W&B run."""
+def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
+    """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
+    and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
+    run (its id is kept in the run folder)."""
     run_dir, history, run_id, seen = Path(cfg.output_dir), [], None, 0
     if accelerator.is_main_process:
-        if resumed is not None:
-            history = rewind_metrics(run_dir, resumed.metrics_rows, resumed.step)
+        if rewind is not None:
+            history = rewind_metrics(run_dir, *rewind)
         if settings.logger.backend == "wandb" and settings.logger.mode != "disabled":
             run_dir.mkdir(parents=True, exist_ok=True)
             run_id = wandb_run_id(run_dir)
