@@ -43,7 +43,7 @@ OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
 STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
 STOP_MESSAGE = (
     "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
-    "resume with trainer.resume={run_dir}"
+    "resume with trainer.resume={run_dir} output_dir={run_dir}"
 )
 
 

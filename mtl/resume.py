@@ -8,6 +8,8 @@
   which the resumed run does not send again.
 - `check_compatible` compares the checkpoint's tasks, heads and encoder with the run's model
   before anything is loaded; a mismatch is one line that names what differs.
+- `check_run_folder` refuses a training into a folder that holds another one.
+- `make_logger` puts these together for the training loop.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import os
 import secrets
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from mtl.checkpoint import DESCRIPTION, MARKER
+from mtl.config import Settings
 from mtl.errors import MtlError
+from mtl.logging import RunLogger, run_group, run_name
 from mtl.wandb_file import read_history
 
 RUN_ID_FILE = "wandb_run_id"
@@ -206,3 +212,44 @@ def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
         raise _everywhere(f"{run_dir} holds another training ({found[-1]}); {fix}")
     metrics = run_dir / METRICS
     return metrics.is_file() and metrics.stat().st_size > 0
+
+
+def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
+    """`accelerator.load_state`; a damaged file (right size, wrong contents) is one line."""
+    try:
+        accelerator.load_state(checkpoint)
+    except MtlError:
+        raise
+    except Exception as err:
+        raise unreadable(Path(checkpoint), option, err) from err
+
+
+def run_of(checkpoint: str) -> Path | None:
+    """The run folder a checkpoint folder belongs to (`<run>/checkpoints/step_N`)."""
+    folder = Path(checkpoint).resolve()
+    return folder.parent.parent if folder.parent.name == "checkpoints" else None
+
+
+def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
+    """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
+    and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
+    run (its id is kept in the run folder)."""
+    run_dir, history, run_id, seen = Path(cfg.output_dir), [], None, 0
+    if accelerator.is_main_process:
+        if rewind is not None:
+            history = rewind_metrics(run_dir, *rewind)
+        if settings.logger.backend == "wandb" and settings.logger.mode != "disabled":
+            run_dir.mkdir(parents=True, exist_ok=True)
+            run_id = wandb_run_id(run_dir)
+            seen = wandb_seen_step(run_dir, run_id)
+    return RunLogger(
+        accelerator,
+        settings.logger,
+        run_dir,
+        name=run_name(cfg),
+        group=run_group(),
+        config=OmegaConf.to_container(cfg, resolve=True),
+        run_id=run_id,
+        history=history,
+        seen=seen,
+    )

@@ -58,8 +58,6 @@ from mtl.logging import (
     ShareMeter,
     mix_text,
     print_summary,
-    run_group,
-    run_name,
     window_figures,
 )
 from mtl.predict import predict_unlabeled
@@ -68,10 +66,9 @@ from mtl.resume import (
     check_compatible,
     check_run_folder,
     describe,
-    rewind_metrics,
-    unreadable,
-    wandb_run_id,
-    wandb_seen_step,
+    load_checkpoint,
+    make_logger,
+    run_of,
 )
 from mtl.runlock import RunFolder
 
@@ -222,47 +219,6 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
 
         r.progress = tqdm(total=total_steps, initial=state.step, desc="train", dynamic_ncols=True)
     return r
-
-
-def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
-    """`accelerator.load_state`; a damaged file (right size, wrong contents) is one line."""
-    try:
-        accelerator.load_state(checkpoint)
-    except MtlError:
-        raise
-    except Exception as err:
-        raise unreadable(Path(checkpoint), option, err) from err
-
-
-def run_of(checkpoint: str) -> Path | None:
-    """The run folder a checkpoint folder belongs to (`<run>/checkpoints/step_N`)."""
-    folder = Path(checkpoint).resolve()
-    return folder.parent.parent if folder.parent.name == "checkpoints" else None
-
-
-def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
-    """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
-    and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
-    run (its id is kept in the run folder)."""
-    run_dir, history, run_id, seen = Path(cfg.output_dir), [], None, 0
-    if accelerator.is_main_process:
-        if rewind is not None:
-            history = rewind_metrics(run_dir, *rewind)
-        if settings.logger.backend == "wandb" and settings.logger.mode != "disabled":
-            run_dir.mkdir(parents=True, exist_ok=True)
-            run_id = wandb_run_id(run_dir)
-            seen = wandb_seen_step(run_dir, run_id)
-    return RunLogger(
-        accelerator,
-        settings.logger,
-        run_dir,
-        name=run_name(cfg),
-        group=run_group(),
-        config=OmegaConf.to_container(cfg, resolve=True),
-        run_id=run_id,
-        history=history,
-        seen=seen,
-    )
 
 
 def planned_steps(loader, epochs: int, grad_accum: int, max_steps: int | None) -> int:
