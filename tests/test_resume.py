@@ -437,3 +437,16 @@ def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, t
     err = capsys.readouterr().err
     assert f"mtl: run folder {run_dir} (resuming at step 2)" in err
     assert f"mtl: run folder {run_dir}: results.json" in err
+
+
+def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(tmp_path, capsys):
+    """Killed before its first checkpoint: the same command again is that run from step 0."""
+    from mtl.train import run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "lo')
+    run(compose(f"output_dir={run_dir}"))
+    steps = [r["step"] for r in rows(run_dir)]
+    assert steps == [1, 2, 3, 4, 4] and rows(run_dir)[0]["loss"] != 9.0
+    assert "error" not in capsys.readouterr().err

@@ -59,7 +59,8 @@ def test_dist_a_held_folder_is_refused_on_every_rank_and_a_stale_lock_taken_over
         f"{socket.gethostname()} (since 2026-01-01 00:00:00 UTC); wait for it or stop it, or "
         f"train into another folder (if that process is gone, delete {run_dir / LOCK})"
     ]
-    assert "Traceback" not in output, output[-3000:]
+    # torchrun reports a worker's exit status 2 with its own traceback; none comes from mtl
+    assert str(ROOT / "mtl") not in output and "MtlError" not in output, output[-3000:]
     assert json.loads((run_dir / LOCK).read_text()) == lock  # left as it was
 
     taken = launch(run_dir, tmp_path)  # the holder is gone now
