@@ -1,4 +1,4 @@
-"""The packages: mtl's own, and the top-level conf/ shipped inside the wheel as mtl/conf/ (the rest
+"""The packages: mtl's own, and the top-level conf/ shipped inside the wheel as conf/ (the rest
 of the metadata is in pyproject.toml)."""
 
 from setuptools import find_packages, setup

@@ -33,7 +33,7 @@ from mtl.errors import MtlError
 
 def config_dir() -> Path:
     """mtl's own config folder: `conf/` of a source checkout, or the copy that a wheel ships as
-    `mtl/conf/` (setup.py)."""
+    `conf/` (setup.py)."""
     package = Path(__file__).resolve().parent
     installed = package / "conf"
     return installed if installed.is_dir() else package.parent / "conf"

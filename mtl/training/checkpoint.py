@@ -37,12 +37,13 @@ from mtl.training.distributed import env_rank
 from mtl.training.tracking import ShareMeter
 
 MARKER = "mtl_checkpoint.json"
+DESCRIPTION = "mtl_run.json"  # the run's tasks and model (mtl.training.resume.describe)
 TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one
 OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
 STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
 STOP_MESSAGE = (
     "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
-    "resume with trainer.resume={run_dir}"
+    "resume with trainer.resume={run_dir} output_dir={run_dir}"
 )
 
 
@@ -53,31 +54,45 @@ class TrainState:
         self.step = 0  # optimizer steps done
         self.epoch = 0  # epochs completed
         self.shares = shares
+        self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "shares": self.shares.state_dict()}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "shares": self.shares.state_dict(),
+            "metrics_rows": self.metrics_rows,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch = state["step"], state["epoch"]
         self.shares.load_state_dict(state["shares"])
+        self.metrics_rows = state.get("metrics_rows")  # absent from older checkpoints
 
 
 def step_dir_name(step: int) -> str:
     return f"step_{step:07d}"
 
 
-def save_checkpoint(accelerator, run_dir: Path, step: int, keep_last: int | None = None) -> Path:
+def save_checkpoint(
+    accelerator,
+    run_dir: Path,
+    step: int,
+    keep_last: int | None = None,
+    description: dict | None = None,
+) -> Path:
     """Save `accelerator.save_state` as `<run>/checkpoints/step_<N:07d>` and return that path.
 
-    Call it on every rank at an optimizer-step boundary (it is a collective). Every rank writes
-    into `checkpoints/.tmp-step_<N>` (the main process its model, optimizer, scheduler, loader
-    and counter files, each rank its `random_states_<rank>.pkl`); after a barrier the main process
+    Call it on every rank at an optimizer-step boundary (it is a collective). Every rank writes into
+    `checkpoints/.tmp-step_<N>` (the main process its model, optimizer, scheduler, loader and
+    counter files, each rank its `random_states_<rank>.pkl`); after a barrier the main process
     flushes the files, writes the marker `mtl_checkpoint.json` last and renames the folder to
-    `step_<N>`. A checkpoint of the same step already there is replaced (moved aside, then
-    deleted), so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only
-    the K complete checkpoints of the highest steps are kept (always including this one), and
-    folders left by killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing
-    outside `<run>/checkpoints` is touched. Returns once the folder is in place on every rank.
+    `step_<N>`. A checkpoint of the same step already there is replaced (moved aside, then deleted),
+    so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only the K complete
+    checkpoints of the highest steps are kept (always including this one), and folders left by
+    killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing outside
+    `<run>/checkpoints` is touched. Returns once the folder is in place on every rank. `description`
+    (the run's tasks and model, `mtl.training.resume.describe`) goes to `mtl_run.json`.
     """
     if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 1):
         raise MtlError(
@@ -96,6 +111,8 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, keep_last: int | None
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()  # every rank's files are in tmp
     if owner:
+        if description is not None:
+            (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
         _seal(tmp, step)
         _put_in_place(tmp, final)
         _prune(root, keep_last, final)

@@ -55,13 +55,20 @@ from mtl.training.checkpoint import (
 from mtl.training.distributed import Tracer, check_same_run, env_rank, make_accelerator
 from mtl.training.evaluate import evaluate, to_device
 from mtl.training.host_memory import keep_freed_memory
+from mtl.training.resume import (
+    check_compatible,
+    check_run_folder,
+    describe,
+    load_checkpoint,
+    make_logger,
+    run_of,
+)
+from mtl.training.runlock import RunFolder
 from mtl.training.tracking import (
     RunLogger,
     ShareMeter,
     mix_text,
     print_summary,
-    run_group,
-    run_name,
     window_figures,
 )
 
@@ -110,6 +117,8 @@ class Run:
     signalled: bool = False  # a stop signal: only a checkpoint, no final evaluation or test
     best: dict[str, Any] = field(default_factory=dict)  # {"step", "figures"} of the best eval
     evals_since_best: int = 0
+    description: dict = field(default_factory=dict)  # tasks and model, saved with checkpoints
+    predictions: list[Path] = field(default_factory=list)  # files save_outputs wrote
 
 
 @dataclass
@@ -127,13 +136,22 @@ def run(cfg: DictConfig) -> dict[str, float]:
     settings = validate(cfg)
     if settings.trainer.keep_freed_memory:
         keep_freed_memory()
-    r = build_run(cfg, settings)
-    t = r.settings.trainer
-    r.model.train()
-    with StopSignal() as r.stop:
-        while r.state.step < r.total_steps and r.state.epoch < t.epochs and not r.stopped:
-            train_epoch(r)
-    return finish(r)
+    run_dir = Path(cfg.output_dir)
+    accelerator = make_accelerator(
+        settings.trainer, run_dir, log_with_wandb=settings.logger.backend == "wandb"
+    )
+    folder = RunFolder(run_dir, accelerator)
+    folder.take()
+    try:
+        r = build_run(cfg, settings, accelerator)
+        t = r.settings.trainer
+        r.model.train()
+        with StopSignal() as r.stop:
+            while r.state.step < r.total_steps and r.state.epoch < t.epochs and not r.stopped:
+                train_epoch(r)
+        return finish(r)
+    finally:
+        folder.release()
 
 
 def quiet_libraries() -> None:
@@ -143,14 +161,16 @@ def quiet_libraries() -> None:
     logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
-def build_run(cfg: DictConfig, settings: Settings) -> Run:
+def build_run(cfg: DictConfig, settings: Settings, accelerator) -> Run:
     """Tasks, loaders, model, optimizer and schedule, trackers; the state of a resumed run."""
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
 
     t = settings.trainer
     run_dir = Path(cfg.output_dir)
-    accelerator = make_accelerator(t, run_dir, log_with_wandb=settings.logger.backend == "wandb")
+    checkpoint = resolve_checkpoint(t.resume) if t.resume else None
+    same_run = checkpoint is not None and run_of(checkpoint) == run_dir.resolve()
+    restart = check_run_folder(run_dir, same_run, t.resume)
     set_seed(cfg.seed, device_specific=True)
     tasks, tokenizer = build_tasks(settings, cfg.seed)
     loaders = build_train_loaders(
@@ -166,6 +186,9 @@ def build_run(cfg: DictConfig, settings: Settings) -> Run:
     )
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     model = build_model(settings, tasks)
+    description = describe(settings, tasks, tokenizer)
+    if checkpoint is not None:
+        check_compatible(checkpoint, model, description, f"trainer.resume={t.resume}")
     optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
     scheduler = get_linear_schedule_with_warmup(
@@ -174,25 +197,23 @@ def build_run(cfg: DictConfig, settings: Settings) -> Run:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state = TrainState(ShareMeter(list(tasks)))
     accelerator.register_for_checkpointing(loader, state)
-    if t.resume:
-        accelerator.load_state(resolve_checkpoint(t.resume))
-    logger = RunLogger(
-        accelerator,
-        settings.logger,
-        run_dir,
-        name=run_name(cfg),
-        group=run_group(),
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
+    if checkpoint is not None:
+        load_checkpoint(accelerator, checkpoint, f"trainer.resume={t.resume}")
+    rewind = (state.metrics_rows, state.step) if same_run else (0, 0) if restart else None
+    logger = make_logger(cfg, settings, accelerator, rewind)
     loss_sums = torch.zeros(len(tasks), 2, dtype=torch.float32, device=accelerator.device)
     r = Run(
         cfg, settings, run_dir, accelerator, tasks, loader, model, optimizer, scheduler,
         logger, state, total_steps, Window(loss_sums, state.step + 1),
     )  # fmt: skip
     r.task_index = {name: i for i, name in enumerate(tasks)}
+    r.description = description
     if t.trace:
         sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
         r.tracer = Tracer(run_dir, accelerator, sizes)
+    if accelerator.is_main_process:
+        resumed = f" (resuming at step {state.step})" if checkpoint else ""
+        print(f"mtl: run folder {run_dir.resolve()}{resumed}", file=sys.stderr)
     if t.progress_bar and accelerator.is_main_process:
         from tqdm.auto import tqdm
 
@@ -268,7 +289,15 @@ def after_step(r: Run) -> None:
         r.accelerator.print(r.stop.message(step, r.run_dir), file=sys.stderr)
         r.stopped = r.signalled = True
     elif t.checkpoint_every and step % t.checkpoint_every == 0:
-        save_checkpoint(r.accelerator, r.run_dir, step, t.keep_last)
+        checkpoint(r)
+
+
+def checkpoint(r: Run) -> None:
+    """Save the step's checkpoint, with the number of metrics.jsonl rows written so far."""
+    r.state.metrics_rows = r.logger.rows
+    save_checkpoint(
+        r.accelerator, r.run_dir, r.state.step, r.settings.trainer.keep_last, r.description
+    )
 
 
 def log_window(r: Run) -> None:
@@ -334,9 +363,9 @@ def finish(r: Run) -> dict[str, float]:
     with the best model (predicted where they have no labels), its export, results.json. After
     a stop signal: only the checkpoint (`trainer.resume=<run folder>` continues from it)."""
     t = r.settings.trainer
+    checkpoint(r)  # before the final evaluation: a run killed after it resumes there
     if r.evaluated_at != r.state.step and not r.signalled:  # stopped by max_steps, or resumed
         evaluate_now(r)
-    save_checkpoint(r.accelerator, r.run_dir, r.state.step, t.keep_last)
     if not r.signalled:
         if t.export or any("test" in task.splits or task.inputs for task in r.tasks.values()):
             load_best(r.accelerator, r.model, r.run_dir)  # once, for the test split and outputs
@@ -346,6 +375,8 @@ def finish(r: Run) -> dict[str, float]:
         r.progress.close()
     if r.signalled:
         r.logger.close()
+        if r.accelerator.is_main_process:
+            print(f"mtl: run folder {r.run_dir.resolve()}", file=sys.stderr)
         return r.last_eval
     r.logger.close()
     if r.accelerator.is_main_process:
@@ -360,8 +391,19 @@ def finish(r: Run) -> dict[str, float]:
             **test,
         }
         (r.run_dir / "results.json").write_text(json.dumps(results, indent=2))
+        print(where_outputs_went(r), file=sys.stderr)
     r.accelerator.wait_for_everyone()
     return r.last_eval
+
+
+def where_outputs_went(r: Run) -> str:
+    """The line a finished run ends with: its folder, export and predictions."""
+    line = f"mtl: run folder {r.run_dir.resolve()}: results.json"
+    if r.settings.trainer.export:
+        line += f", export in {(r.run_dir / 'export').resolve()}"
+    if r.predictions:
+        line += ", predictions in " + ", ".join(str(p.resolve()) for p in r.predictions)
+    return line
 
 
 def evaluate_test(r: Run) -> dict[str, float]:
@@ -385,7 +427,7 @@ def save_outputs(r: Run) -> None:
     if r.accelerator.is_main_process:
         model, m = r.accelerator.unwrap_model(r.model), r.settings.model
         tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
-        predict_unlabeled(model, tokenizer, r.tasks, r.run_dir)
+        r.predictions = predict_unlabeled(model, tokenizer, r.tasks, r.run_dir)
         if r.settings.trainer.export:
             write_export(model, tokenizer, r.tasks, r.settings, r.run_dir / "export")
     r.accelerator.wait_for_everyone()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,12 @@ class RunLogger:
     `job_type` "sweep" ("train" for a single run). Every key is plotted against `step` (the
     optimizer step, logged with it), so dev figures line up with the training curves; its run
     summary holds the best value and the last (`summary_of`).
+
+    A resumed run continues its W&B run: `run_id` (kept in the run folder) with `resume="allow"`.
+    `history` is the rows metrics.jsonl kept up to the checkpoint (see
+    `mtl.training.resume.rewind_metrics`); W&B is sent those of them after `seen` (the last step it
+    holds, `mtl.training.resume.wandb_seen_step`), and of the rows logged from now on only those
+    after `seen`, said once: W&B holds every step once. `rows` counts the lines of metrics.jsonl.
     """
 
     def __init__(
@@ -37,11 +44,16 @@ class RunLogger:
         name: str,
         group: str | None,
         config: dict[str, Any],
+        run_id: str | None = None,
+        history: list[dict] = (),
+        seen: int = 0,
     ):
         self.accelerator = accelerator
         self.use_tracker = settings.backend == "wandb" and settings.mode != "disabled"
         self.path = Path(run_dir) / "metrics.jsonl"
         self.defined: set[str] = set()  # keys given to W&B's define_metric
+        self.rows = len(history)
+        self.seen, self.said = seen, False
         if not accelerator.is_main_process:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,20 +69,42 @@ class RunLogger:
             }
             if settings.entity:
                 init["entity"] = settings.entity
+            if run_id:
+                init |= {"id": run_id, "resume": "allow"}
             accelerator.init_trackers(settings.project, config=config, init_kwargs={"wandb": init})
             self.run = accelerator.get_tracker("wandb", unwrap=True)
             self.run.define_metric("step", hidden=True)
+            if getattr(self.run, "resumed", False):  # online: the server knows its last step
+                self.seen = max(self.seen, int(self.run.step) - 1)
+            for row in history:  # W&B lost these: the attempt was killed before it got them
+                if row["step"] > self.seen:
+                    self.send({k: v for k, v in row.items() if k != "step"}, row["step"])
 
     def log(self, figures: dict[str, float], step: int) -> None:
         if not self.accelerator.is_main_process:
             return
         with self.path.open("a") as f:
             f.write(json.dumps({"step": step, **figures}) + "\n")
-        if self.use_tracker:
-            for key in figures.keys() - self.defined:
-                self.run.define_metric(key, step_metric="step", summary=summary_of(key))
-                self.defined.add(key)
-            self.accelerator.log({"step": step, **figures}, step=step)
+        self.rows += 1
+        self.send(figures, step)
+
+    def send(self, figures: dict[str, float], step: int) -> None:
+        """To W&B, unless it holds `step` already (from an attempt killed after that step)."""
+        if not self.use_tracker:
+            return
+        if step <= self.seen:
+            if not self.said:
+                print(
+                    f"mtl: W&B run {self.run.id} already holds steps up to {self.seen} (logged "
+                    f"before the run was stopped); sending it the steps after {self.seen}",
+                    file=sys.stderr,
+                )
+                self.said = True
+            return
+        for key in figures.keys() - self.defined:
+            self.run.define_metric(key, step_metric="step", summary=summary_of(key))
+            self.defined.add(key)
+        self.accelerator.log({"step": step, **figures}, step=step)
 
     def close(self) -> None:
         if self.use_tracker:

@@ -17,8 +17,8 @@ from hydra.core.global_hydra import GlobalHydra
 from mtl.config import register_configs
 from mtl.reporting import workspace
 from mtl.reporting.figures import job_figures, main, read_rows, report, run_figures, sweep_figures
-from mtl.reporting.wandb_file import records
 from mtl.training.loop import run
+from mtl.training.wandb_file import records
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl.reporting.wandb_file import read_history, record_types
 from mtl.training.loop import run
+from mtl.training.wandb_file import read_history, record_types
 
 ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ["sequential", "round_robin", "random", "mixup"]
@@ -218,7 +218,8 @@ def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_pa
         f"source: {{path: {data}}}\nmax_length: 4096\nbatch_size: 4\n"
     )
     final = run(make_cfg("task=[synthetic_cls,long]", f"hydra.searchpath=[file://{conf}]"))
-    warning = [line for line in capsys.readouterr().err.splitlines() if "max_length" in line]
+    err = capsys.readouterr().err.splitlines()
+    warning = [line for line in err if line.startswith("mtl: warning") and "max_length" in line]
     assert warning == [
         "mtl: warning: task 'long': max_length 4096 is more than the encoder takes "
         "(512 tokens); using 512"

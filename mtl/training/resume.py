@@ -1,0 +1,255 @@
+"""A resumed training is the same run: same W&B run, each logged row once, the same model.
+
+- `wandb_run_id` keeps the W&B run id in `<run>/wandb_run_id`, written once at the first start:
+  every later start in that folder continues that W&B run (`resume="allow"`).
+- `rewind_metrics` cuts `<run>/metrics.jsonl` back to the rows written before the checkpoint
+  being resumed was saved (atomically), so the steps run again are not logged twice.
+- `wandb_seen_step` reads back the `.wandb` files of the run: the last step W&B already holds,
+  which the resumed run does not send again.
+- `check_compatible` compares the checkpoint's tasks, heads and encoder with the run's model
+  before anything is loaded; a mismatch is one line that names what differs.
+- `check_run_folder` refuses a training into a folder that holds another one.
+- `make_logger` puts these together for the training loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from mtl.config import Settings
+from mtl.errors import MtlError
+from mtl.training.checkpoint import DESCRIPTION, MARKER
+from mtl.training.tracking import RunLogger, run_group, run_name
+from mtl.training.wandb_file import read_history
+
+RUN_ID_FILE = "wandb_run_id"
+METRICS = "metrics.jsonl"
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The run's W&B id: read from `<run>/wandb_run_id`, or made and written there once."""
+    path = Path(run_dir) / RUN_ID_FILE
+    if path.is_file():
+        run_id = path.read_text().strip()
+        if run_id.isalnum():
+            return run_id
+        raise MtlError(
+            f"{path} holds {run_id[:40]!r}, not a W&B run id; restore it or delete it "
+            "(the run then continues as a new W&B run)"
+        )
+    run_id = secrets.token_hex(4)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(run_id + "\n")
+    os.replace(tmp, path)
+    return run_id
+
+
+def read_rows(run_dir: Path) -> list[str]:
+    path = Path(run_dir) / METRICS
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def rewind_metrics(run_dir: Path, rows: int | None, step: int) -> list[dict]:
+    """Keep the first `rows` lines of metrics.jsonl (those written before the checkpoint; with
+    `rows=None`, from a checkpoint that did not count them, those of steps <= `step`), written
+    beside and renamed into place. Returns the rows kept."""
+    lines = [line for line in read_rows(run_dir) if line.strip()]
+    kept, parsed = [], []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            break  # a line cut short by the kill: it and what follows are rewritten
+        if (rows is not None and i >= rows) or (rows is None and row.get("step", 0) > step):
+            break
+        kept.append(line)
+        parsed.append(row)
+    if len(kept) != len(lines):
+        path = Path(run_dir) / METRICS
+        tmp = path.with_name(METRICS + ".tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return parsed
+
+
+def wandb_seen_step(run_dir: Path, run_id: str) -> int:
+    """The highest step in the `.wandb` files of W&B run `run_id` in the run folder (0: none)."""
+    seen = 0
+    for path in sorted((Path(run_dir) / "wandb").glob(f"*run-*-{run_id}/run-{run_id}.wandb")):
+        try:
+            rows = read_history(path)
+        except (ValueError, OSError):
+            continue
+        steps = [row.get("step", row.get("_step", 0)) for row in rows]
+        seen = max([seen, *(int(s) for s in steps if isinstance(s, int | float))])
+    return seen
+
+
+def describe(settings, tasks: dict, tokenizer) -> dict:
+    """What a checkpoint records of its run, to compare on resume: each task's type, the model
+    and the tokenizer (its name and a hash of its vocabulary)."""
+    m = settings.model
+    vocab = sorted(tokenizer.get_vocab().items())
+    return {
+        "tasks": {name: task.type for name, task in tasks.items()},
+        "model": m.name_or_path or "(packaged MiniLM)",
+        "tokenizer": {
+            "name": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
+            "vocabulary": hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16],
+        },
+    }
+
+
+def check_compatible(checkpoint: str, model, description: dict, option: str) -> None:
+    """One-line MtlError when `checkpoint` was trained with other tasks, heads or encoder than
+    `model` (the unwrapped model of this run) and `description` (`describe`)."""
+    folder = Path(checkpoint)
+    run_of = folder.parent.parent if folder.parent.name == "checkpoints" else folder
+    fix = (
+        "resume with the config it was trained with, or start from its weights with a fresh "
+        f"optimizer: model.init_from={run_of} instead of {option}"
+    )
+    theirs = _saved_description(folder)
+    ours = description
+    for key in ("tasks", "model", "tokenizer"):
+        if theirs and key in theirs and theirs[key] != ours[key]:
+            raise _everywhere(
+                f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
+                f"has {_show(ours[key])}; {fix}"
+            )
+    shapes = _saved_shapes(folder, option)
+    if shapes is None:
+        return
+    here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    saved_tasks = sorted({k.split(".")[1] for k in shapes if k.startswith("heads.")})
+    run_tasks = sorted({k.split(".")[1] for k in here if k.startswith("heads.")})
+    if saved_tasks != run_tasks:
+        raise _everywhere(
+            f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
+            f"{run_tasks}; {fix}"
+        )
+    for part in ("encoder.", "heads."):
+        for key in sorted(k for k in shapes.keys() | here.keys() if k.startswith(part)):
+            if shapes.get(key) != here.get(key):
+                task = key.split(".")[1]
+                what = f"the head of task {task!r}" if part == "heads." else "the encoder"
+                raise _everywhere(
+                    f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
+                    f" there, {_shape(here, key)} here); {fix}"
+                )
+
+
+def _saved_description(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / DESCRIPTION).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _saved_shapes(folder: Path, option: str) -> dict[str, tuple] | None:
+    from safetensors import safe_open
+
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    except Exception as err:  # safetensors raises its own error types for a damaged header
+        raise unreadable(folder, option, err) from None
+
+
+def unreadable(folder: Path, option: str, err: Exception) -> MtlError:
+    """A checkpoint that cannot be loaded: a file damaged (its size right, its contents not)."""
+    detail = (str(err).strip().splitlines() or [""])[-1][:200]
+    return _everywhere(
+        f"{option}: checkpoint {folder} cannot be loaded ({type(err).__name__}: {detail}); "
+        f"resume from an earlier one: trainer.resume={folder.parent}/step_N"
+    )
+
+
+def _shape(shapes: dict, key: str) -> str:
+    return f"shape {shapes[key]}" if key in shapes else "absent"
+
+
+def _show(value) -> str:
+    if isinstance(value, dict) and "vocabulary" in value:
+        return f"{value['name']!r} (vocabulary {value['vocabulary']})"
+    if isinstance(value, dict):
+        return "[" + ", ".join(f"{k} ({v})" for k, v in value.items()) + "]"
+    return repr(value)
+
+
+def _everywhere(message: str) -> MtlError:
+    err = MtlError(message)
+    err.all_ranks = True
+    return err
+
+
+def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
+    """Refuse to train into a folder that holds another training (a complete checkpoint),
+    unless this is that training resumed (`same_run`). True when the folder holds only the
+    rows of an attempt killed before its first checkpoint: this start is that run again."""
+    if same_run:
+        return False
+    run_dir = Path(run_dir)
+    found = [p.name for p in sorted(run_dir.glob("checkpoints/step_*")) if (p / MARKER).is_file()]
+    if found:
+        fix = (
+            f"train into a new folder to start from trainer.resume={resume} there"
+            if resume
+            else f"continue it with trainer.resume={run_dir}, or train into a new folder"
+        )
+        raise _everywhere(f"{run_dir} holds another training ({found[-1]}); {fix}")
+    metrics = run_dir / METRICS
+    return metrics.is_file() and metrics.stat().st_size > 0
+
+
+def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
+    """`accelerator.load_state`; a damaged file (right size, wrong contents) is one line."""
+    try:
+        accelerator.load_state(checkpoint)
+    except MtlError:
+        raise
+    except Exception as err:
+        raise unreadable(Path(checkpoint), option, err) from err
+
+
+def run_of(checkpoint: str) -> Path | None:
+    """The run folder a checkpoint folder belongs to (`<run>/checkpoints/step_N`)."""
+    folder = Path(checkpoint).resolve()
+    return folder.parent.parent if folder.parent.name == "checkpoints" else None
+
+
+def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
+    """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
+    and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
+    run (its id is kept in the run folder)."""
+    run_dir, history, run_id, seen = Path(cfg.output_dir), [], None, 0
+    if accelerator.is_main_process:
+        if rewind is not None:
+            history = rewind_metrics(run_dir, *rewind)
+        if settings.logger.backend == "wandb" and settings.logger.mode != "disabled":
+            run_dir.mkdir(parents=True, exist_ok=True)
+            run_id = wandb_run_id(run_dir)
+            seen = wandb_seen_step(run_dir, run_id)
+    return RunLogger(
+        accelerator,
+        settings.logger,
+        run_dir,
+        name=run_name(cfg),
+        group=run_group(),
+        config=OmegaConf.to_container(cfg, resolve=True),
+        run_id=run_id,
+        history=history,
+        seen=seen,
+    )

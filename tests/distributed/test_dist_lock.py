@@ -1,0 +1,71 @@
+"""One training per run folder with two processes (`torchrun --nproc_per_node 2 train.py`):
+rank 0 takes the folder and every rank learns the outcome, so a refusal ends both ranks alike
+(one line, no hang) and a stale lock is taken over once."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtl.training.runlock import LOCK, process_start
+
+ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+ARGS = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.dist_timeout_s=20"]
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def launch(run_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("MTL_LAUNCH_TIME", None)
+    return subprocess.run(
+        [*TORCHRUN, str(ROOT / "train.py"), *ARGS, f"hydra.run.dir={run_dir}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_dist_a_held_folder_is_refused_on_every_rank_and_a_stale_lock_taken_over(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    lock = {
+        "host": socket.gethostname(),
+        "pid": holder.pid,
+        "start": process_start(holder.pid),
+        "since": "2026-01-01 00:00:00 UTC",
+    }
+    (run_dir / LOCK).write_text(json.dumps(lock))
+    try:
+        refused = launch(run_dir, tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
+    assert errors == [
+        f"mtl: error: {run_dir} is in use by another training, pid {holder.pid} on "
+        f"{socket.gethostname()} (since 2026-01-01 00:00:00 UTC); wait for it or stop it, or "
+        f"train into another folder (if that process is gone, delete {run_dir / LOCK})"
+    ]
+    # torchrun reports a worker's exit status 2 with its own traceback; none comes from mtl
+    assert str(ROOT / "mtl") not in output and "MtlError" not in output, output[-3000:]
+    assert json.loads((run_dir / LOCK).read_text()) == lock  # left as it was
+
+    taken = launch(run_dir, tmp_path)  # the holder is gone now
+    output = taken.stdout + taken.stderr
+    assert taken.returncode == 0, output[-3000:]
+    assert len([line for line in output.splitlines() if "taking over" in line]) == 1
+    assert output.count(f"mtl: run folder {run_dir}") == 2  # at start and at the end, by rank 0
+    assert not (run_dir / LOCK).exists()

@@ -1,0 +1,452 @@
+"""A training killed (SIGKILL) and resumed in its own folder is one run; one training per folder.
+
+Every run here is `python train.py` in a subprocess, as a user starts it: the tiny model, tiny
+synthetic tasks, W&B offline (the default logger) read back from its `.wandb` files.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtl.training.runlock import LOCK, process_start
+from mtl.training.wandb_file import read_history
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMON = [
+    "model=tiny",
+    "debug=fast",
+    "logger=wandb",
+    "task=[synthetic_cls,synthetic_tag]",
+    "data.max_examples=96",
+    "trainer.max_steps=24",
+    "trainer.epochs=4",
+    "trainer.eval_every=5",
+    "trainer.checkpoint_every=1",
+    "trainer.keep_last=2",
+    "trainer.export=false",
+]
+TIMED = ("tokens_per_s", "examples_per_s")  # wall-clock figures: differ between two runs
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def command(*overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), *COMMON, *overrides]
+
+
+def train(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(*overrides), cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300
+    )
+
+
+def start(*overrides: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        command(*overrides),
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMED} for line in lines]
+
+
+def wandb_runs(run_dir: Path) -> tuple[set[str], list[int]]:
+    """The run ids of the `.wandb` files in the run folder, and every step they hold, in order."""
+    files = sorted((run_dir / "wandb").glob("*run-*/run-*.wandb"))
+    ids = {path.stem.removeprefix("run-") for path in files}
+    steps = [row["step"] for path in files for row in read_history(path)]
+    return ids, steps
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    last = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+    return load_file(last / "model.safetensors")
+
+
+def complete_checkpoint(run_dir: Path) -> bool:
+    return any((p / "mtl_checkpoint.json").is_file() for p in run_dir.glob("checkpoints/step_*"))
+
+
+def wait_for(predicate, proc: subprocess.Popen, poll: float = 0.002) -> bool:
+    """Poll until `predicate()`; False if the process ended first."""
+    while not predicate():
+        if proc.poll() is not None:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def logged_rows(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def saving(run_dir: Path) -> bool:
+    root = run_dir / "checkpoints"
+    return root.is_dir() and any(name.startswith(".tmp-step") for name in os.listdir(root))
+
+
+@pytest.mark.slow
+def test_killed_five_times_and_resumed_is_one_run(tmp_path):
+    full = tmp_path / "full"
+    done = train(f"output_dir={full}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    part = tmp_path / "part"
+    rng = random.Random(16)
+    kills, in_save, attempts = 0, 0, 0
+    while True:
+        attempts += 1
+        assert attempts < 20, "the run kept finishing before it could be killed"
+        resume = [f"trainer.resume={part}"] if complete_checkpoint(part) else []
+        proc = start(*resume, f"output_dir={part}", cwd=tmp_path)
+        if kills == 5:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err[-3000:]
+            break
+        before = logged_rows(part)
+        if not wait_for(lambda b=before: logged_rows(part) > b, proc):  # training under way
+            proc.communicate()
+            continue
+        if kills % 2:  # as soon as a save is seen under way
+            landed = wait_for(lambda: saving(part), proc)
+        else:  # at a random moment of the next steps
+            time.sleep(rng.uniform(0, 1.5))
+            landed = proc.poll() is None
+        if not landed:
+            proc.communicate()
+            continue
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+        assert "Traceback" not in err, err[-3000:]
+        kills += 1
+        in_save += any(p.name.startswith((".tmp-", ".old-")) for p in part.glob("checkpoints/*"))
+    print(f"{kills} kills in {attempts} attempts, {in_save} inside a checkpoint save")
+    assert "Traceback" not in err, err[-3000:]
+    assert f"taking over {part}" in err  # the last kill left its lock
+    assert f"mtl: run folder {part} (resuming at step " in err
+    assert in_save >= 1, "no kill landed inside a checkpoint save"
+
+    # the same model as the run that was never stopped
+    expected, got = final_weights(full), final_weights(part)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0)
+    # metrics.jsonl: each row once, as the uninterrupted run wrote them
+    want, have = rows(full), rows(part)
+    assert [r["step"] for r in have] == [r["step"] for r in want]
+    for a, b in zip(have, want, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-7)
+    # W&B: one run, every step once
+    ids, steps = wandb_runs(part)
+    assert ids == {(part / "wandb_run_id").read_text().strip()}
+    assert steps == sorted(set(steps)) == sorted(wandb_runs(full)[1])
+    assert not (part / LOCK).exists()
+
+
+@pytest.mark.slow
+def test_a_second_training_on_a_folder_in_use_is_refused_then_takes_over(tmp_path):
+    run_dir = tmp_path / "run"
+    first = start(
+        "trainer.max_steps=400", "trainer.epochs=100", f"output_dir={run_dir}", cwd=tmp_path
+    )
+    try:
+        assert wait_for(lambda: complete_checkpoint(run_dir), first, poll=0.05)
+        second = train(f"trainer.resume={run_dir}", f"output_dir={run_dir}", cwd=tmp_path)
+        assert second.returncode == 2
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr[-3000:]
+        assert lines[0].startswith(f"mtl: error: {run_dir} is in use by another training, ")
+        assert f"pid {first.pid} on " in lines[0]
+        assert first.poll() is None  # the first one trains on
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    resumed = train(f"trainer.resume={run_dir}", f"output_dir={run_dir}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    taken = [line for line in resumed.stderr.splitlines() if "taking over" in line]
+    assert len(taken) == 1 and f"pid {first.pid} " in taken[0]
+    assert "no longer running" in taken[0]
+    assert not (run_dir / LOCK).exists()
+
+
+def test_process_start_tells_a_reused_pid(tmp_path):
+    me = process_start(os.getpid())
+    assert me is not None and me == process_start(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process_start(child.pid) not in (None, me)
+    finally:
+        child.kill()
+        child.wait()
+    assert process_start(child.pid) is None
+
+
+# Bad input around resume, in-process through `mtl.training.loop.main` (what train.py calls),
+# real config composed; each is one `mtl: error:` line and status 2, or one line and a run.
+
+FAST = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.export=false"]
+
+
+def compose(*overrides: str):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mtl.config import register_configs
+
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return hydra_compose("config", overrides=[*FAST, *overrides])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished 4-step run folder with checkpoints at steps 2 and 4 (copy it to change it)."""
+    from mtl.training.loop import run
+
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    run(compose(f"output_dir={run_dir}", "trainer.checkpoint_every=2"))
+    return run_dir
+
+
+def copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run_dir, tmp_path / "copy"))
+
+
+def refused(capsys, *overrides: str) -> str:
+    """The one line a run with these overrides is refused with (status 2)."""
+    from mtl.training.loop import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(compose(*overrides))
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mtl: error: "), lines
+    return lines[0]
+
+
+def test_resume_from_a_missing_folder(tmp_path, capsys):
+    line = refused(capsys, f"trainer.resume={tmp_path}/nope", f"output_dir={tmp_path}/run")
+    assert "no such folder" in line
+    assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_resume_from_a_folder_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    line = refused(capsys, f"trainer.resume={tmp_path}/notes", f"output_dir={tmp_path}/run")
+    assert "neither a checkpoint folder nor a run folder" in line
+
+
+def test_resume_from_a_run_without_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    line = refused(capsys, f"trainer.resume={tmp_path}/run", f"output_dir={tmp_path}/run")
+    assert "no checkpoint in" in line and "start without trainer.resume" in line
+
+
+def test_resume_from_a_run_whose_checkpoints_are_cut_short(trained, tmp_path, capsys):
+    run_dir = copy_of(trained, tmp_path)
+    for folder in run_dir.glob("checkpoints/step_*"):
+        with open(folder / "optimizer.bin", "r+b") as f:
+            f.truncate(10)
+    line = refused(capsys, f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert "no complete checkpoint" in line and "optimizer.bin has 10 bytes" in line
+
+
+def test_resume_from_a_damaged_checkpoint(trained, tmp_path, capsys):
+    run_dir = copy_of(trained, tmp_path)
+    for name in ("model.safetensors", "optimizer.bin"):
+        path = run_dir / "checkpoints" / "step_0000004" / name
+        path.write_bytes(b"\0" * path.stat().st_size)  # the size the marker lists, no content
+        line = refused(capsys, f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+        assert "step_0000004 cannot be loaded" in line and "trainer.resume=" in line
+
+
+@pytest.mark.parametrize(
+    ("overrides", "differs"),
+    [
+        (["task=[synthetic_cls,synthetic_reg]"], "tasks [synthetic_cls (sequence_classification)"),
+        (["model.config.hidden_size=64", "model.config.intermediate_size=128"], "the encoder"),
+        (
+            ["+task.synthetic_cls.label_names=[animals,food,vehicles,other]"],
+            "the head of task 'synthetic_cls' differs from the checkpoint's "
+            "(heads.synthetic_cls.out.bias: shape (3,) there, shape (4,) here)",
+        ),
+    ],
+)
+def test_resume_with_another_config_names_what_differs(
+    trained, tmp_path, capsys, overrides, differs
+):
+    line = refused(capsys, *overrides, f"trainer.resume={trained}", f"output_dir={tmp_path}/run")
+    assert differs in line
+    assert f"model.init_from={trained} instead of trainer.resume={trained}" in line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_resume_with_another_tokenizer(trained, tmp_path, capsys):
+    from mtl.data import load_tokenizer
+
+    tokenizer = copy.deepcopy(load_tokenizer(None))  # the loaded one is shared
+    tokenizer.add_tokens(["zzqx"])
+    tokenizer.save_pretrained(tmp_path / "tok")
+    line = refused(
+        capsys, f"model.tokenizer={tmp_path}/tok", f"trainer.resume={trained}",
+        f"output_dir={tmp_path}/run",
+    )  # fmt: skip
+    assert "trained with tokenizer '(packaged MiniLM)'" in line and str(tmp_path / "tok") in line
+
+
+def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_path):
+    """A checkpoint saved before checkpoints described their run: the shapes tell."""
+    import shutil
+
+    from mtl.config import validate
+    from mtl.data import load_tokenizer
+    from mtl.errors import MtlError
+    from mtl.training.build import build_model, build_tasks
+    from mtl.training.resume import check_compatible, describe
+
+    step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
+    (step / "mtl_run.json").unlink()
+    settings = validate(compose("task=[synthetic_cls,synthetic_reg]"))
+    tasks, _ = build_tasks(settings, 0)
+    model = build_model(settings, tasks)
+    ours = describe(settings, tasks, load_tokenizer(None))
+    with pytest.raises(MtlError, match=r"tasks \['synthetic_cls', 'synthetic_tag'\], this run"):
+        check_compatible(str(step), model, ours, "trainer.resume=x")
+
+
+def lock_of(run_dir: Path, **holder) -> Path:
+    import socket
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    holder = {"host": socket.gethostname(), "since": "2026-01-01 00:00:00 UTC", **holder}
+    (run_dir / LOCK).write_text(json.dumps(holder))
+    return run_dir / LOCK
+
+
+def test_a_garbage_lock_is_refused_and_kept(tmp_path, capsys):
+    lock = tmp_path / "run" / LOCK
+    lock.parent.mkdir()
+    lock.write_text("{not json")
+    line = refused(capsys, f"output_dir={tmp_path}/run")
+    assert f"{lock} is not a lock mtl wrote" in line and f"delete {lock}" in line
+    assert lock.read_text() == "{not json"
+
+
+def test_a_lock_of_another_host_is_refused(tmp_path, capsys):
+    lock = lock_of(tmp_path / "run", host="elsewhere", pid=os.getpid())
+    line = refused(capsys, f"output_dir={tmp_path}/run")
+    assert f"in use by another training, pid {os.getpid()} on elsewhere" in line
+    assert json.loads(lock.read_text())["host"] == "elsewhere"
+
+
+def test_a_lock_held_by_a_running_process_is_refused(tmp_path, capsys):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock_of(tmp_path / "run", pid=child.pid, start=process_start(child.pid))
+        line = refused(capsys, f"output_dir={tmp_path}/run")
+        assert f"pid {child.pid} on " in line and "in use by another training" in line
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("reason", ["dead", "reused"])
+def test_a_stale_lock_is_taken_over_in_one_line(tmp_path, capsys, reason):
+    from mtl.training.loop import run
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    if reason == "dead":
+        child.kill()
+        child.wait()
+    try:  # a reused pid: running, but started at another moment than the lock says
+        lock_of(tmp_path / "run", pid=child.pid, start="another-boot:1")
+        run(compose(f"output_dir={tmp_path}/run"))
+    finally:
+        child.kill()
+        child.wait()
+    taken = [line for line in capsys.readouterr().err.splitlines() if "taking over" in line]
+    assert taken == [
+        f"mtl: taking over {tmp_path}/run from pid {child.pid} on {os.uname().nodename} "
+        "(since 2026-01-01 00:00:00 UTC), which is no longer running"
+    ]
+    assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_a_new_training_into_a_folder_holding_one_is_refused(trained, tmp_path, capsys):
+    before = sorted(p.name for p in trained.rglob("*"))
+    line = refused(capsys, f"output_dir={trained}")
+    assert f"{trained} holds another training (step_0000004)" in line
+    assert f"trainer.resume={trained}" in line
+    other = refused(capsys, f"trainer.resume={tmp_path}/x", f"output_dir={trained}")
+    assert "no such folder" in other  # the checkpoint is checked first
+    forked = copy_of(trained, tmp_path)
+    line = refused(capsys, f"trainer.resume={forked}", f"output_dir={trained}")
+    assert "holds another training" in line and "train into a new folder" in line
+    assert sorted(p.name for p in trained.rglob("*")) == before
+
+
+def test_a_garbage_wandb_run_id_is_one_line(trained, tmp_path, capsys):
+    run_dir = copy_of(trained, tmp_path)
+    (run_dir / "wandb_run_id").write_text("../../x y\n")
+    line = refused(capsys, "logger=wandb", f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert "wandb_run_id holds '../../x y', not a W&B run id" in line
+
+
+def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, tmp_path, capsys):
+    """A run killed after step 4's rows were written but resumed from step 2: the rows of
+    steps 3 and 4 are written once, by the resumed run."""
+    from mtl.training.loop import run
+
+    run_dir = copy_of(trained, tmp_path)
+    want = [
+        {k: v for k, v in r.items() if k not in TIMED}
+        for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    ]
+    import shutil
+
+    shutil.rmtree(run_dir / "checkpoints" / "step_0000004")
+    (run_dir / "results.json").unlink()
+    run(compose(f"trainer.resume={run_dir}", f"output_dir={run_dir}", "trainer.checkpoint_every=2"))
+    have = rows(run_dir)
+    assert [r["step"] for r in have] == [r["step"] for r in want] == [1, 2, 3, 4, 4]
+    for a, b in zip(have, want, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-7)
+    err = capsys.readouterr().err
+    assert f"mtl: run folder {run_dir} (resuming at step 2)" in err
+    assert f"mtl: run folder {run_dir}: results.json" in err
+
+
+def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(tmp_path, capsys):
+    """Killed before its first checkpoint: the same command again is that run from step 0."""
+    from mtl.training.loop import run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "lo')
+    run(compose(f"output_dir={run_dir}"))
+    steps = [r["step"] for r in rows(run_dir)]
+    assert steps == [1, 2, 3, 4, 4] and rows(run_dir)[0]["loss"] != 9.0
+    assert "error" not in capsys.readouterr().err
