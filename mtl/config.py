@@ -11,13 +11,14 @@ build, when they are built.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from mtl.checks import check_wandb_credentials, did_you_mean
 from mtl.errors import MtlError
 
 
@@ -66,8 +67,16 @@ class TrainerConfig:
         _at_least("trainer.log_every", self.log_every, 1)
         if self.dist_timeout_s <= 0:
             raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")
-        if self.lr <= 0 or self.head_lr <= 0:
-            raise MtlError("trainer.lr and trainer.head_lr must be > 0")
+        for key in ("lr", "head_lr"):
+            if getattr(self, key) <= 0:
+                raise MtlError(f"trainer.{key}={getattr(self, key)} must be > 0 (e.g. 1e-4)")
+        if self.weight_decay < 0:
+            raise MtlError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise MtlError(
+                f"trainer.max_grad_norm={self.max_grad_norm} must be > 0; "
+                "null turns gradient clipping off"
+            )
         if not 0 <= self.warmup_ratio < 1:
             raise MtlError(f"trainer.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _one_of("trainer.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
@@ -111,6 +120,8 @@ class LoggerConfig:
     def check(self) -> None:
         _one_of("logger.backend", self.backend, ("wandb", "none"))
         _one_of("logger.mode", self.mode, ("offline", "online", "disabled"))
+        if self.backend == "wandb" and self.mode == "online":
+            check_wandb_credentials()
 
 
 @dataclass
@@ -148,7 +159,8 @@ class TaskConfig:
     context_column: str | None = None  # extractive QA: the passage answers are taken from
     choices_column: str | None = None  # multiple choice: a list of strings per row
     answers_column: str | None = None  # extractive QA: {text: [...], answer_start: [...]}
-    stride: int = 128  # extractive QA: tokens shared by consecutive windows of a long context
+    # extractive QA: tokens shared by consecutive windows of a long context; null: max_length // 4
+    stride: int | None = None
 
     def check(self, name: str) -> None:
         from mtl.task_types import task_type_class
@@ -208,7 +220,9 @@ def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def _typed(schema: type, node: Any, key: str) -> Any:
-    """Merge `node` onto the schema: unknown keys and wrong types become one-line MtlErrors."""
+    """Merge `node` onto the schema: unknown keys and wrong types become one-line MtlErrors.
+    A key added with `+` (Hydra lets it into a typed node) is refused like any unknown key."""
+    check_keys(schema, node, key)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)
@@ -216,6 +230,19 @@ def _typed(schema: type, node: Any, key: str) -> Any:
         problem = str(err).splitlines()[0]
         where = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
         raise MtlError(f"bad config at '{where}': {problem}") from None
+
+
+def check_keys(schema: type, node: Any, where: str) -> None:
+    """Every key of `node` is a field of the dataclass `schema`, else one line naming the key
+    (with the closest field) and the fields there are."""
+    names = [f.name for f in fields(schema)]
+    prefix = f"{where}." if where else ""
+    for key in node.keys() if hasattr(node, "keys") else ():
+        if key not in names:
+            raise MtlError(
+                f"unknown key {prefix}{key}; {did_you_mean(str(key), names)}"
+                f"{schema.__name__} has {', '.join(names)}"
+            )
 
 
 @dataclass
@@ -302,6 +329,7 @@ def validate(cfg: DictConfig) -> Settings:
             [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
             [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],
         )
+    check_keys(MtlConfig, {k: None for k in cfg if k != "hydra"}, "")
     tasks_node = cfg.get("task") or {}
     if not tasks_node:
         raise MtlError("no task selected: pick some with task=[name,...] (see mtl/conf/task/)")
