@@ -4,7 +4,9 @@
 - `check_arguments` holds a node's keys against the parameters of the class it builds
   (a mistyped key gets "did you mean"), as the schemas do for the typed groups;
 - `check_wandb_credentials` finds W&B credentials before an online run starts;
-- `check_sweeper` refuses sweeper settings that would end a sweep in a traceback or never end it.
+- `check_sweeper` refuses sweeper settings that would end a sweep in a traceback or never end it;
+- `check_task_overrides`, `check_chosen_files` and `check_optional_choices` catch what Hydra lets
+  pass silently in the config files and options a run chose.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import importlib
 import inspect
 import netrc
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -76,11 +79,19 @@ def parameters(obj: Any) -> tuple[list[str], bool]:
     return names, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
-def unknown_argument(key: str, obj: Any) -> str | None:
+# The arguments mtl passes itself when it builds a group's class (not for the config).
+PASSED = {
+    "loader": ("loaders", "seed", "pad_token_id"),
+    "sampler": ("lengths", "batch_size", "seed", "num_replicas", "rank"),
+}
+
+
+def unknown_argument(key: str, obj: Any, group: str = "") -> str | None:
     """The fix for `key`, an argument `obj` does not take (None when it takes it)."""
     names, any_keyword = parameters(obj)
     if any_keyword or key in names:
         return None
+    names = [n for n in names if n not in PASSED.get(group, ())]
     name = getattr(obj, "__name__", repr(obj))
     return f"{did_you_mean(key, names)}{name} takes {', '.join(names) or 'no keyword arguments'}"
 
@@ -90,7 +101,7 @@ def check_arguments(node: Mapping[str, Any], obj: Any, group: str) -> None:
     for key in node:
         if key in HYDRA_KEYS:
             continue
-        fix = unknown_argument(str(key), obj)
+        fix = unknown_argument(str(key), obj, group)
         if fix is not None:
             raise MtlError(f"unknown key {group}.{key}; {fix}")
 
@@ -135,4 +146,83 @@ def check_sweeper(sweeper: Mapping[str, Any]) -> None:
             raise MtlError(
                 f"hydra.sweeper.{key}={value} must be an integer >= 1 "
                 f"(e.g. hydra.sweeper.{key}={20 if key == 'n_trials' else 1})"
+            )
+
+
+def check_task_overrides(overrides: list[str]) -> None:
+    """`task=[a,a]`: Hydra would silently keep one `a`; a repeated name is a user error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.key_or_group != "task":
+            continue
+        names = override.value()
+        names = names if isinstance(names, list) else [names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            names = ", ".join(twice)
+            raise MtlError(f"task {names} given twice in task=[...]; list each task once")
+
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def check_chosen_files(
+    config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
+) -> None:
+    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
+
+    - a file in a user folder (`folders`, the config folders searched) with the same path as one
+      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
+    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
+      that kept another task's header would merge into that task.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    loader = GlobalHydra.instance().config_loader()
+    defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
+    for chosen in defaults:
+        path = chosen.config_path or ""
+        own = CONF_DIR / f"{path}.yaml"
+        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
+        theirs = [f for f in theirs if f.resolve() != own.resolve()]
+        if own.is_file():
+            for hidden in theirs:
+                if hidden.read_text() != own.read_text():
+                    raise MtlError(
+                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
+                        "give yours a name of its own (for a task, with a matching @package line)"
+                    )
+        if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
+            continue
+        name = path.rsplit("/", 1)[-1]
+        if chosen.package != f"task.{name}":
+            found = (
+                "no @package line naming its task"
+                if chosen.package == "task"
+                else f"'# @package {chosen.package}'"
+            )
+            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
+            raise MtlError(
+                f"{where} has {found}; make its first line '# @package task.{name}' "
+                "(a task's package is its file name)"
+            )
+
+
+OPTIONAL_GROUPS = ("experiment", "debug", "hparams_search")  # `optional` in conf/config.yaml
+
+
+def check_optional_choices(choices: Any) -> None:
+    """`experiment=nope`: Hydra skips a missing option of an `optional` group silently."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    for group in OPTIONAL_GROUPS:
+        choice = choices.get(group)
+        options = loader.get_group_options(group)
+        if choice is not None and choice not in options:
+            raise MtlError(
+                f"unknown {group} '{choice}'; choose from {', '.join(sorted(options))}, "
+                f"or add conf/{group}/{choice}.yaml"
             )

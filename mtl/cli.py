@@ -246,7 +246,8 @@ def _known_keys(cause: OmegaConfBaseException, key: str, hydra_message: str) -> 
     target = parent.get("_target_") if isinstance(parent, DictConfig) else None
     if target:  # a loader or sampler: the keys are its class's arguments
         try:
-            fix = unknown_argument(key.rpartition(".")[2], import_target(target, "_target_"))
+            obj = import_target(target, "_target_")
+            fix = unknown_argument(key.rpartition(".")[2], obj, key.partition(".")[0])
         except MtlError:
             fix = None
         if fix:

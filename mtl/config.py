@@ -10,15 +10,19 @@ build, when they are built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mtl.checks import check_wandb_credentials, did_you_mean
+from mtl.checks import (  # noqa: F401 (check_chosen_files: also this module's public name)
+    check_chosen_files,
+    check_optional_choices,
+    check_task_overrides,
+    check_wandb_credentials,
+    did_you_mean,
+)
 from mtl.errors import MtlError
 
 
@@ -256,67 +260,6 @@ class Settings:
     tasks: dict[str, TaskConfig]
 
 
-def check_task_overrides(overrides: list[str]) -> None:
-    """`task=[a,a]`: Hydra would silently keep one `a`; a repeated name is a user error."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for override in OverridesParser.create().parse_overrides(overrides):
-        if override.key_or_group != "task":
-            continue
-        names = override.value()
-        names = names if isinstance(names, list) else [names]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            names = ", ".join(twice)
-            raise MtlError(f"task {names} given twice in task=[...]; list each task once")
-
-
-CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-def check_chosen_files(
-    config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
-) -> None:
-    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
-
-    - a file in a user folder (`folders`, the config folders searched) with the same path as one
-      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
-    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
-      that kept another task's header would merge into that task.
-    """
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
-    loader = GlobalHydra.instance().config_loader()
-    defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
-    for chosen in defaults:
-        path = chosen.config_path or ""
-        own = CONF_DIR / f"{path}.yaml"
-        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
-        theirs = [f for f in theirs if f.resolve() != own.resolve()]
-        if own.is_file():
-            for hidden in theirs:
-                if hidden.read_text() != own.read_text():
-                    raise MtlError(
-                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
-                        "give yours a name of its own (for a task, with a matching @package line)"
-                    )
-        if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
-            continue
-        name = path.rsplit("/", 1)[-1]
-        if chosen.package != f"task.{name}":
-            found = (
-                "no @package line naming its task"
-                if chosen.package == "task"
-                else f"'# @package {chosen.package}'"
-            )
-            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
-            raise MtlError(
-                f"{where} has {found}; make its first line '# @package task.{name}' "
-                "(a task's package is its file name)"
-            )
-
-
 def validate(cfg: DictConfig) -> Settings:
     """Check the composed config; returns typed settings or raises a one-line MtlError."""
     from hydra.core.hydra_config import HydraConfig
@@ -329,6 +272,7 @@ def validate(cfg: DictConfig) -> Settings:
             [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
             [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],
         )
+        check_optional_choices(hydra_cfg.runtime.choices)
     check_keys(MtlConfig, {k: None for k in cfg if k != "hydra"}, "")
     tasks_node = cfg.get("task") or {}
     if not tasks_node:

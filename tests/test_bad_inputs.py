@@ -115,11 +115,11 @@ CASES = [
     # model
     (["+model.foo=1"], ["unknown key model.foo", "ModelConfig has"]),
     (["model.head_dropout=2"], ["model.head_dropout=2.0 must be in [0, 1)"]),
-    (["model.loss_weights.nope=1"], ["model.loss_weights names unknown task(s) ['nope']"]),
+    (["+model.loss_weights.nope=1"], ["model.loss_weights names unknown task(s) ['nope']"]),
     (["model.name_or_path=not_a_model"], ["model.name_or_path: tokenizer 'not_a_model'"]),
     (["model.name_or_path=/no/such/model"], ["model.name_or_path: tokenizer '/no/such/model'"]),
     (["model.tokenizer=not_a_model"], ["model.tokenizer: tokenizer 'not_a_model'"]),
-    (["model.config.num_hidden_layers=abc"], ["model.config", "num_hidden_layers"]),
+    (["model.config.hidden_size=abc"], ["model.config:", "hidden_size"]),
     # logger, data, seed, top level
     (["logger.backend=tensorboard"], ["logger.backend='tensorboard' is not one of wandb, none"]),
     (["+logger.foo=1"], ["unknown key logger.foo", "LoggerConfig has"]),
@@ -156,6 +156,9 @@ CASES = [
     (["+sampler.sort_bs=3"], ["unknown key sampler.sort_bs", "did you mean sort_bs_num?"]),
     # hydra
     (["hydra/launcher=slurm"], ["pip install hydra-submitit-launcher"]),
+    (["experiment=nope"], ["unknown experiment 'nope'; choose from bundled,"]),
+    (["hparams_search=mixin"], ["unknown hparams_search 'mixin'; choose from mixing"]),
+    (["debug=fats"], ["unknown debug 'fats'; choose from fast"]),
     (["hparams_search=mixing", "hydra.sweeper.n_trials=0"], ["hydra.sweeper.n_trials=0 must be"]),
     (["hparams_search=mixing", "hydra.sweeper.n_jobs=0"], ["hydra.sweeper.n_jobs=0 must be"]),
 ]

@@ -62,7 +62,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
             "to Integer",
         ),
         (["trainer.epoch=1"], "unknown key trainer.epoch; did you mean epochs? TrainerConfig has"),
-        (["loader.nope=1"], "unknown key loader.nope; to add it (if its class takes it) use"),
+        (["loader.nope=1"], "unknown key loader.nope; RandomLoader takes weighting, temperature"),
         (["task=[a"], "cannot read the override 'task=[a'"),
         (["--config-name", "nope"], "no primary config 'nope'"),
     ],
