@@ -141,7 +141,7 @@ CASES = [
     (["task=[no_package]"], ["task/no_package.yaml", "'# @package task.no_package'"]),
     (["task=[missing_file]"], ["data/nope.csv"]),
     (["task=[empty_file]"], ["empty_file", "data/empty.csv"]),
-    (["task=[header_only]"], ["header_only", "empty"]),
+    (["task=[header_only]"], ["header_only", "train split has 0 rows"]),
     (["task=[five_labels]"], ["five_labels", "label_names"]),
     (["task=[with_test]", "task.with_test.text_column=txt"], ["'txt' missing from the train"]),
     # loader and sampler (their classes' arguments)
