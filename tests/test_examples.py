@@ -133,3 +133,11 @@ def test_head_and_metric_examples(project):
     for _ in range(50):
         ref, pred = rng.integers(0, 4, 40), rng.integers(0, 4, 40)
         assert balanced_accuracy(pred, ref) == pytest.approx(balanced_accuracy_score(ref, pred))
+
+
+def test_the_project_s_run_folders_are_ignored_by_git():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    probe = "examples/custom_project/outputs/runs/2026-01-01/00-00-00/metrics.jsonl"
+    result = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT)
+    assert result.returncode == 0  # 1: git would list outputs/ as untracked

@@ -17,20 +17,37 @@ ends the command with one line `mtl: error: ...` on stderr and status 2, as bad 
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
 from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from mtl.artifacts import config_dir
+from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
+from mtl.errors import MtlError
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
+_made_from: Path | None = None  # the first folder of the run folder's path this command made
+HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes to .hydra/
+# Options that Hydra plugins add (`hydra/launcher=slurm` builds on submitit_slurm): their package.
+PLUGINS = {
+    "hydra/launcher/submitit": "hydra-submitit-launcher",
+    "hydra/launcher/joblib": "hydra-joblib-launcher",
+    "hydra/launcher/ray": "hydra-ray-launcher",
+    "hydra/launcher/rq": "hydra-rq-launcher",
+    "hydra/sweeper/optuna": "hydra-optuna-sweeper",
+    "hydra/sweeper/ax": "hydra-ax-sweeper",
+    "hydra/sweeper/nevergrad": "hydra-nevergrad-sweeper",
+}
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
@@ -46,6 +63,8 @@ def _train(cfg: DictConfig) -> float | None:
 
         if stop.code and in_multirun():
             raise JobFailed.from_exit(stop) from None
+        if stop.code == 2 and _made_from is not None and os.environ.get("RANK", "0") == "0":
+            remove_unused_run_folder(Path(HydraConfig.get().runtime.output_dir), _made_from)
         raise
     _in_job = False  # the next job of a sweep composes again
     return result
@@ -58,6 +77,8 @@ def train() -> None:
     from mtl.reporting.sweep import JobFailed
     from mtl.training.distributed import start_launch
 
+    global _in_job
+    _in_job = False  # a call after one whose job failed (in-process use) composes afresh
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
     if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
         sys.path.insert(0, os.getcwd())
@@ -75,6 +96,57 @@ def train() -> None:
         sys.exit(2)
 
 
+class Preflight(Callback):
+    """Hydra callback (`conf/hydra/default.yaml`): before a run, note which folders of the run
+    folder's path do not exist yet (a run refused for bad input removes what it made there);
+    before a sweep, check the sweeper's settings."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _made_from
+        _made_from = None
+        folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        while not folder.exists() and folder != folder.parent:
+            _made_from, folder = folder, folder.parent
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_sweeper(config.hydra.sweeper)
+        except MtlError as err:  # Hydra turns a callback's exceptions into warnings
+            print(f"mtl: error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+
+def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:
+    """Remove `run_dir` if it holds only what Hydra wrote at start (`.hydra/`, an empty log),
+    and the folders above it up to `made_from` (the first one this command made) if empty."""
+    if made_from != run_dir and made_from not in run_dir.parents:
+        return
+    entries = list(run_dir.iterdir())
+    for entry in entries:
+        hydra_dir = entry.name == ".hydra" and entry.is_dir()
+        if hydra_dir and {p.name for p in entry.iterdir()} <= HYDRA_FILES:
+            continue
+        if entry.suffix == ".log" and entry.is_file() and entry.stat().st_size == 0:
+            continue
+        return  # something else is there: keep it all
+    for entry in entries:
+        if entry.is_dir():
+            for file in entry.iterdir():
+                file.unlink()
+            entry.rmdir()
+        else:
+            entry.unlink()
+    folder = run_dir
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: something else lives there
+            return
+        if folder == made_from:
+            return
+        folder = folder.parent
+
+
 def composition_error(err: Exception) -> str:
     """One line naming what Hydra could not compose and how to fix it."""
     if isinstance(err, MissingConfigException):
@@ -86,6 +158,12 @@ def composition_error(err: Exception) -> str:
     in_file = f" (in {where.group(1)}.yaml)" if where else ""
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         key = cause.full_key
+        if where and where.group(1).startswith("task/") and key.count(".") == 1:
+            name = where.group(1).rsplit("/", 1)[-1]  # a task file without its @package line
+            return (
+                f"{where.group(1)}.yaml puts its keys at task.* ({key}); make its first line "
+                f"'# @package task.{name}' (a task's package is its file name)"
+            )
         if isinstance(cause, ConfigKeyError) or "not in" in _first_line(cause):
             return f"unknown key {key}{in_file}; {_known_keys(cause, key, str(err))}"
         if isinstance(cause, ValidationError):
@@ -114,6 +192,9 @@ def _missing_option(err: MissingConfigException) -> str:
     sources = re.findall(r"provider=(.+?), path=(\S+)", text)
     if not sources or "/" not in missing:
         return _first_line(err)
+    plugin = next((pkg for path, pkg in PLUGINS.items() if missing.startswith(path)), None)
+    if plugin:
+        return f"{missing} comes with a Hydra plugin that is not installed; pip install {plugin}"
     repo = _repository(sources)
     parts = missing.split("/")
     named = re.search(r"Available options in '([^']+)'", text)
@@ -160,9 +241,18 @@ def _known_keys(cause: OmegaConfBaseException, key: str, hydra_message: str) -> 
     schema = getattr(cause, "object_type", None)
     if is_dataclass(schema):
         names = [f.name for f in fields(schema)]
-        close = difflib.get_close_matches(key.rpartition(".")[2], names, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
+        hint = did_you_mean(key.rpartition(".")[2], names)
         return f"{hint}{schema.__name__} has {', '.join(names)}"
+    parent = getattr(cause, "parent_node", None)
+    target = parent.get("_target_") if isinstance(parent, DictConfig) else None
+    if target:  # a loader or sampler: the keys are its class's arguments
+        try:
+            obj = import_target(target, "_target_")
+            fix = unknown_argument(key.rpartition(".")[2], obj, key.partition(".")[0])
+        except MtlError:
+            fix = None
+        if fix:
+            return fix
     hint = re.search(r"To append to your config use (\S+)", hydra_message)
     if hint:
         return f"to add it (if its class takes it) use {hint.group(1)}"

@@ -10,15 +10,19 @@ build, when they are built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mtl.artifacts import config_dir
+from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name here too)
+    check_chosen_files,
+    check_optional_choices,
+    check_task_overrides,
+    check_wandb_credentials,
+    did_you_mean,
+)
 from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
 
@@ -68,8 +72,16 @@ class TrainerConfig:
         _at_least("trainer.log_every", self.log_every, 1)
         if self.dist_timeout_s <= 0:
             raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")
-        if self.lr <= 0 or self.head_lr <= 0:
-            raise MtlError("trainer.lr and trainer.head_lr must be > 0")
+        for key in ("lr", "head_lr"):
+            if getattr(self, key) <= 0:
+                raise MtlError(f"trainer.{key}={getattr(self, key)} must be > 0 (e.g. 1e-4)")
+        if self.weight_decay < 0:
+            raise MtlError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise MtlError(
+                f"trainer.max_grad_norm={self.max_grad_norm} must be > 0; "
+                "null turns gradient clipping off"
+            )
         if not 0 <= self.warmup_ratio < 1:
             raise MtlError(f"trainer.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _one_of("trainer.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
@@ -113,6 +125,8 @@ class LoggerConfig:
     def check(self) -> None:
         _one_of("logger.backend", self.backend, ("wandb", "none"))
         _one_of("logger.mode", self.mode, ("offline", "online", "disabled"))
+        if self.backend == "wandb" and self.mode == "online":
+            check_wandb_credentials()
 
 
 @dataclass
@@ -150,7 +164,8 @@ class TaskConfig:
     context_column: str | None = None  # extractive QA: the passage answers are taken from
     choices_column: str | None = None  # multiple choice: a list of strings per row
     answers_column: str | None = None  # extractive QA: {text: [...], answer_start: [...]}
-    stride: int = 128  # extractive QA: tokens shared by consecutive windows of a long context
+    # extractive QA: tokens shared by consecutive windows of a long context; null: max_length // 4
+    stride: int | None = None
 
     def check(self, name: str) -> None:
         from mtl.task_types import task_type_class
@@ -211,7 +226,9 @@ def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def _typed(schema: type, node: Any, key: str) -> Any:
-    """Merge `node` onto the schema: unknown keys and wrong types become one-line MtlErrors."""
+    """Merge `node` onto the schema: unknown keys and wrong types become one-line MtlErrors.
+    A key added with `+` (Hydra lets it into a typed node) is refused like any unknown key."""
+    check_keys(schema, node, key)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)
@@ -219,6 +236,19 @@ def _typed(schema: type, node: Any, key: str) -> Any:
         problem = str(err).splitlines()[0]
         where = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
         raise MtlError(f"bad config at '{where}': {problem}") from None
+
+
+def check_keys(schema: type, node: Any, where: str) -> None:
+    """Every key of `node` is a field of the dataclass `schema`, else one line naming the key
+    (with the closest field) and the fields there are."""
+    names = [f.name for f in fields(schema)]
+    prefix = f"{where}." if where else ""
+    for key in node.keys() if hasattr(node, "keys") else ():
+        if key not in names:
+            raise MtlError(
+                f"unknown key {prefix}{key}; {did_you_mean(str(key), names)}"
+                f"{schema.__name__} has {', '.join(names)}"
+            )
 
 
 @dataclass
@@ -230,67 +260,6 @@ class Settings:
     logger: LoggerConfig
     data: DataConfig
     tasks: dict[str, TaskConfig]
-
-
-def check_task_overrides(overrides: list[str]) -> None:
-    """`task=[a,a]`: Hydra would silently keep one `a`; a repeated name is a user error."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for override in OverridesParser.create().parse_overrides(overrides):
-        if override.key_or_group != "task":
-            continue
-        names = override.value()
-        names = names if isinstance(names, list) else [names]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            names = ", ".join(twice)
-            raise MtlError(f"task {names} given twice in task=[...]; list each task once")
-
-
-CONF_DIR = config_dir()
-
-
-def check_chosen_files(
-    config_name: str | None, overrides: list[str], folders: Sequence[str] = ()
-) -> None:
-    """Two mistakes in the config files a run chose, which Hydra would let pass silently:
-
-    - a file in a user folder (`folders`, the config folders searched) with the same path as one
-      of mtl's is hidden by mtl's (Hydra searches mtl's folder first);
-    - a task file `task/[...]/<name>.yaml` must start `# @package task.<name>`: a copied file
-      that kept another task's header would merge into that task.
-    """
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
-    loader = GlobalHydra.instance().config_loader()
-    defaults = loader.compute_defaults_list(config_name, overrides, RunMode.RUN).defaults
-    for chosen in defaults:
-        path = chosen.config_path or ""
-        own = CONF_DIR / f"{path}.yaml"
-        theirs = [Path(f, f"{path}.yaml") for f in folders if Path(f, f"{path}.yaml").is_file()]
-        theirs = [f for f in theirs if f.resolve() != own.resolve()]
-        if own.is_file():
-            for hidden in theirs:
-                if hidden.read_text() != own.read_text():
-                    raise MtlError(
-                        f"{hidden} is hidden by mtl's own {path}.yaml (Hydra finds mtl's first); "
-                        "give yours a name of its own (for a task, with a matching @package line)"
-                    )
-        if not path.startswith("task/") or (chosen.parent or "").startswith("task/"):
-            continue
-        name = path.rsplit("/", 1)[-1]
-        if chosen.package != f"task.{name}":
-            found = (
-                "no @package line naming its task"
-                if chosen.package == "task"
-                else f"'# @package {chosen.package}'"
-            )
-            where = own if own.is_file() else theirs[0] if theirs else f"conf/{path}.yaml"
-            raise MtlError(
-                f"{where} has {found}; make its first line '# @package task.{name}' "
-                "(a task's package is its file name)"
-            )
 
 
 def validate(cfg: DictConfig) -> Settings:
@@ -305,6 +274,8 @@ def validate(cfg: DictConfig) -> Settings:
             [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task],
             [s.path for s in hydra_cfg.runtime.config_sources if s.schema == "file"],
         )
+        check_optional_choices(hydra_cfg.runtime.choices)
+    check_keys(MtlConfig, {k: None for k in cfg if k != "hydra"}, "")
     tasks_node = cfg.get("task") or {}
     if not tasks_node:
         raise MtlError("no task selected: pick some with task=[name,...] (see conf/task/)")

@@ -97,12 +97,7 @@ def build_task_from_config(
     task_type = task_type_class(config.type, name)(name, config)
     with _quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
-        raw = dict(source.splits)
-        inputs = {}
-        if "test" in raw and _unlabeled(raw["test"], task_type):
-            inputs["test"] = _checked_inputs(raw.pop("test"), task_type, max_examples)
-        for split, ds in raw.items():
-            raw[split] = _checked(ds, task_type, split, max_examples)
+        raw, inputs = _checked_splits(source.splits, task_type, max_examples)
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
@@ -115,6 +110,21 @@ def build_task_from_config(
         }
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
+
+
+def _checked_splits(
+    splits: dict[str, Dataset], task_type: TaskType, max_examples: int | None
+) -> tuple[dict[str, Dataset], dict[str, Dataset]]:
+    """The labelled splits and the label-less test split (if any), each checked; train first,
+    so that a wrong column name is reported for the train split."""
+    checked, inputs = {}, {}
+    for split in sorted(splits, key=lambda s: s == "test"):  # a stable sort: test last
+        ds = splits[split]
+        if split == "test" and _unlabeled(ds, task_type):
+            inputs["test"] = _checked_inputs(ds, task_type, max_examples)
+        else:
+            checked[split] = _checked(ds, task_type, split, max_examples)
+    return {s: checked[s] for s in splits if s in checked}, inputs
 
 
 @contextmanager

@@ -32,11 +32,12 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
         name_or_path = default_model_path()
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # no such model; a folder without tokenizer files
         raise MtlError(
             f"tokenizer {name_or_path!r} could not be loaded ({err.__class__.__name__}): "
-            "give a local model folder, a hub name reachable online, or None for packaged MiniLM"
-        ) from err
+            "give a model folder (with its tokenizer files), a hub name reachable online, or "
+            "None for the packaged MiniLM"
+        ) from None
     if not tokenizer.is_fast:
         raise MtlError(
             f"tokenizer {name_or_path!r} is not a fast tokenizer: word alignment needs one"

@@ -37,6 +37,11 @@ def encoder_config(name_or_path: str | None = None, config: dict | None = None):
             f"model '{name_or_path}' could not be loaded ({err.__class__.__name__}); "
             "give a local model folder, a hub name (with internet), or model=minilm"
         ) from None
+    except Exception as err:  # a model.config value transformers refuses (type, range)
+        detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise MtlError(
+            f"model.config: {detail}; fix the value (see the model's config.json)"
+        ) from None
 
 
 def load_encoder(

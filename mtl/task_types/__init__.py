@@ -6,8 +6,7 @@
 
 from __future__ import annotations
 
-from hydra.utils import get_class
-
+from mtl.config.checks import import_target
 from mtl.errors import MtlError
 from mtl.task_types.base import TaskType
 from mtl.task_types.choice import MultipleChoice
@@ -31,12 +30,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
     if type_name in BUILTIN:
         return BUILTIN[type_name]
     if "." in type_name:
-        try:
-            cls = get_class(type_name)
-        except Exception as err:
-            raise MtlError(
-                f"task.{task}.type={type_name!r} cannot be imported ({err}); check the path"
-            ) from None
+        cls = import_target(type_name, f"task.{task}.type")
         if isinstance(cls, type) and issubclass(cls, TaskType):
             return cls
         raise MtlError(f"task.{task}.type={type_name!r} is not a mtl.task_types.TaskType subclass")

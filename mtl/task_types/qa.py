@@ -2,7 +2,8 @@
 
 Encoding follows transformers' `run_qa.py`: the question and the context go to the tokenizer as
 a pair, truncated on the context only, and a context too long for `max_length` is split into
-windows whose consecutive ones share `stride` tokens. Each window is one model row, labelled
+windows whose consecutive ones share `stride` tokens (unset: a quarter of `max_length`, so any
+`max_length` has a stride that fits; 128 at 512). Each window is one model row, labelled
 with the (start token, end token) of the answer, or (0, 0), the [CLS] position, when the answer is
 not wholly inside the window or the question has none (SQuAD 2.0). Predictions go back to text
 through the windows' character offsets (`utils_qa.postprocess_qa_predictions`).
@@ -30,7 +31,8 @@ OUTSIDE = -1  # the character offset stored for a token outside the context
 class QuestionAnswering(TaskType):
     """Extractive QA over `question_column`, `context_column` and `answers_column`
     (`{"text": [str, ...], "answer_start": [int, ...]}`, empty lists for an unanswerable
-    question; default column names: question, context, answers).
+    question; default column names: question, context, answers). `stride`: the tokens
+    consecutive windows of a long context share; unset (null), `max_length // 4`.
 
     Rows: one per window of a context (`example_id`: the source row), labels (start, end)
     token of the first gold answer, (0, 0) where the window does not hold it. The encoded split
@@ -58,10 +60,12 @@ class QuestionAnswering(TaskType):
         self.question_column = config.question_column or "question"
         self.context_column = config.context_column or "context"
         self.answers_column = config.answers_column or "answers"
-        if not 0 <= config.stride < config.max_length:
+        self.stride = config.max_length // 4 if config.stride is None else config.stride
+        if not 0 <= self.stride < config.max_length:
             raise MtlError(
-                f"task.{name}.stride={config.stride} must be >= 0 and below "
-                f"max_length={config.max_length}; it counts the tokens consecutive windows share"
+                f"task.{name}.stride={self.stride} must be >= 0 and below "
+                f"max_length={config.max_length}; it counts the tokens consecutive windows share "
+                "(leave it unset for max_length // 4)"
             )
 
     # -- data -------------------------------------------------------------------------------------
@@ -82,7 +86,7 @@ class QuestionAnswering(TaskType):
             contexts,
             truncation="only_second",
             max_length=self.config.max_length,
-            stride=self.config.stride,
+            stride=self.stride,
             return_overflowing_tokens=True,
             return_offsets_mapping=True,
         )
@@ -115,11 +119,11 @@ class QuestionAnswering(TaskType):
         (else it panics); say so in one line instead."""
         longest = max(len(ids) for ids in tokenizer(questions, add_special_tokens=False).input_ids)
         room = self.config.max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
-        if room <= self.config.stride:
+        if room <= self.stride:
             raise MtlError(
                 f"{where}: a question of {longest} tokens leaves {room} context tokens per "
                 f"window of max_length={self.config.max_length}, not more than "
-                f"stride={self.config.stride}; raise max_length or lower stride"
+                f"stride={self.stride}; raise max_length or lower stride"
             )
 
     def dataset(self, split):

@@ -13,11 +13,12 @@ from dataclasses import replace
 
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from mtl.config import Settings
+from mtl.config.checks import check_arguments, import_target
 from mtl.data import Task, build_task_from_config, load_tokenizer, task_loader
 from mtl.errors import MtlError
 from mtl.models import MultiTaskModel, encoder_config, load_encoder_and_pooler
@@ -31,7 +32,11 @@ def build_tasks(settings: Settings, seed: int) -> tuple[dict[str, Task], object]
     A task `max_length` above what the encoder can take (its position embeddings, or the
     tokenizer's `model_max_length`) is lowered to that limit with a one-line warning."""
     m = settings.model
-    tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
+    try:
+        tokenizer = load_tokenizer(m.tokenizer or m.name_or_path)
+    except MtlError as err:
+        key = "model.tokenizer" if m.tokenizer else "model.name_or_path"
+        raise MtlError(f"{key}: {err}") from None
     limit = encoder_config(m.name_or_path, dict(m.config)).max_position_embeddings
     if 0 < tokenizer.model_max_length < limit:
         limit = tokenizer.model_max_length
@@ -66,6 +71,11 @@ def build_train_loaders(
     task's sampler gets its own seed (seed + 1000 * task position), so equally sized tasks are
     not shuffled alike; every rank builds the same global order and takes its own shard.
     """
+    if not sampler_cfg.get("_partial_", False):
+        raise MtlError(
+            f"sampler: {sampler_cfg.get('_target_')} is built per task (with its lengths and "
+            "batch size), so its config needs the line `_partial_: true`; add it to the YAML"
+        )
     make_sampler = build(sampler_cfg, "sampler")
     data = settings.data
     loaders = {}
@@ -99,17 +109,16 @@ def build_composite_loader(
     also for one task, so that its state and counters work the same way). The class gets the
     loaders and `seed`, and `pad_token_id` when its constructor has that parameter."""
     options = {"seed": seed}
-    try:
-        parameters = inspect.signature(get_class(loader_cfg._target_)).parameters
-    except Exception as err:
-        raise MtlError(f"loader: cannot import {loader_cfg._target_!r} ({err})") from None
+    parameters = inspect.signature(import_target(loader_cfg._target_, "loader._target_")).parameters
     if "pad_token_id" in parameters:
         options["pad_token_id"] = pad_token_id
     return build(loader_cfg, "loader", loaders, **options)
 
 
 def build(node: DictConfig, group: str, *args, **kwargs):
-    """`instantiate`, with a bad option reported as one line naming the config group."""
+    """`instantiate`, with a bad option reported as one line naming the config group: a
+    `_target_` that does not import, a key its class does not take, a value it refuses."""
+    check_arguments(node, import_target(node.get("_target_"), f"{group}._target_"), group)
     try:
         return instantiate(node, *args, **kwargs)
     except InstantiationException as err:

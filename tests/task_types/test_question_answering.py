@@ -387,3 +387,14 @@ def test_windows_too_small_for_the_stride_give_one_line(tmp_path):
         qa_task(tmp_path, [qa_row("the dog sat", "dog", question=long_question)])
     with pytest.raises(MtlError, match=r"task.qa.stride=32 must be >= 0 and below max_length"):
         qa_task(tmp_path, [qa_row("the dog sat", "dog")], stride=32)
+
+
+def test_an_unset_stride_is_a_quarter_of_max_length(tmp_path):
+    context = " ".join(WORDS[i % len(WORDS)] + str(i) for i in range(120)) + " the dog sat"
+    task = qa_task(tmp_path, [qa_row(context, "dog")], max_length=64, stride=None)
+    assert task.task_type.stride == 16
+    windows = windows_of(task.train, 0)
+    assert len(windows) >= 3
+    for first, second in zip(windows, windows[1:], strict=False):
+        previous, spans = context_spans(task.train[first]), context_spans(task.train[second])
+        assert spans[:16] == previous[-16:] and spans[16] not in previous

@@ -1,0 +1,225 @@
+"""Bad input to `mtl-train`, group by group: each case ends with status 2 and one line
+`mtl: error: ...` on stderr that names the thing and the fix, no traceback, and leaves no run
+folder behind. The CLI runs in-process (`mtl.cli.train` with `sys.argv`), from a project folder
+of its own with a `conf/` of task files and data a user could get wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from mtl.cli import train
+from mtl.config.checks import has_wandb_credentials
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ROWS = [f"{'good fine nice' if i % 2 else 'bad poor sad'} row {i},{i % 2}" for i in range(80)]
+FILES = {
+    "data/ok.csv": "\n".join(["text,label", *ROWS]) + "\n",
+    "data/empty.csv": "",
+    "data/header.csv": "text,label\n",
+    "data/five_labels.csv": "\n".join(["text,label", *[f"row {i},{i % 5}" for i in range(80)]]),
+    "data/unlabelled.csv": "\n".join(["text,id", *[f"row {i},{i}" for i in range(20)]]) + "\n",
+    "not_a_model/notes.txt": "a folder, not a model",
+}
+TASK = (
+    "# @package task.{name}\ntype: sequence_classification\nsource: {source}\n"
+    "label_names: [neg, pos]\nbatch_size: 8\nmax_length: 16\n"
+)
+TASKS = {
+    "missing_file": "{path: data/nope.csv}",
+    "empty_file": "{path: data/empty.csv}",
+    "header_only": "{path: data/header.csv}",
+    "five_labels": "{path: data/five_labels.csv}",
+    "with_test": "{train: data/ok.csv, test: data/unlabelled.csv}",
+}
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for path, text in FILES.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    for name, source in TASKS.items():
+        (tmp_path / "conf" / "task" / f"{name}.yaml").write_text(
+            TASK.format(name=name, source=source)
+        )
+    (tmp_path / "conf" / "task" / "no_package.yaml").write_text(
+        "type: sequence_classification\nsource: {path: data/ok.csv}\n"
+    )
+    (tmp_path / "conf" / "sampler").mkdir()
+    (tmp_path / "conf" / "sampler" / "no_partial.yaml").write_text(
+        "_target_: mtl.samplers.RandomBatchSampler\ndrop_last: false\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def mtl_train(project, monkeypatch, capsys):
+    """`mtl_train(*overrides)`: run `mtl-train --config-dir conf task=[synthetic_cls] debug=fast
+    *overrides` in-process; returns (exit status, stderr)."""
+
+    def run(*overrides: str) -> tuple[int, str]:
+        base = ["--config-dir", "conf", "task=[synthetic_cls]", "debug=fast"]
+        monkeypatch.setattr(sys, "argv", ["mtl-train", *base, *overrides])
+        GlobalHydra.instance().clear()
+        capsys.readouterr()
+        try:
+            with pytest.raises(SystemExit) as stop:
+                train()
+        finally:
+            GlobalHydra.instance().clear()
+        return stop.value.code, capsys.readouterr().err
+
+    return run
+
+
+def one_error_line(status: int, err: str) -> str:
+    assert status == 2, err[-2000:]
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("mtl: error: ")]
+    assert len(errors) == 1 and errors[0] == lines[-1], err
+    return errors[0].removeprefix("mtl: error: ")
+
+
+def nothing_left(project: Path) -> None:
+    assert not (project / "outputs").exists(), sorted(
+        str(p.relative_to(project)) for p in (project / "outputs").rglob("*")
+    )
+
+
+# (overrides, what the line must say): every case names the key or file and the fix.
+CASES = [
+    # trainer
+    (["+trainer.lrr=0.1"], ["unknown key trainer.lrr", "did you mean lr?"]),
+    (["trainer.lr=-1"], ["trainer.lr=-1.0 must be > 0"]),
+    (["trainer.head_lr=0"], ["trainer.head_lr=0.0 must be > 0"]),
+    (["trainer.epochs=0"], ["trainer.epochs=0 must be >= 1"]),
+    (["trainer.grad_accum=0"], ["trainer.grad_accum=0 must be >= 1"]),
+    (["trainer.eval_batch_size=-1"], ["trainer.eval_batch_size=-1 must be >= 1"]),
+    (["trainer.max_steps=0"], ["trainer.max_steps=0 must be >= 1"]),
+    (["trainer.warmup_ratio=1.5"], ["trainer.warmup_ratio=1.5 must be in [0, 1)"]),
+    (["trainer.mixed_precision=fp8"], ["trainer.mixed_precision='fp8' is not one of no"]),
+    (["trainer.monitor_mode=up"], ["trainer.monitor_mode='up' is not one of max, min"]),
+    (["trainer.max_grad_norm=-1"], ["trainer.max_grad_norm=-1.0 must be > 0", "null"]),
+    (["trainer.weight_decay=-0.1"], ["trainer.weight_decay=-0.1 must be >= 0"]),
+    (["trainer.epochs=abc"], ["bad value for trainer.epochs", "'abc'"]),
+    # model
+    (["+model.foo=1"], ["unknown key model.foo", "ModelConfig has"]),
+    (["model.head_dropout=2"], ["model.head_dropout=2.0 must be in [0, 1)"]),
+    (["+model.loss_weights.nope=1"], ["model.loss_weights names unknown task(s) ['nope']"]),
+    (["model.name_or_path=not_a_model"], ["model.name_or_path: tokenizer 'not_a_model'"]),
+    (["model.name_or_path=/no/such/model"], ["model.name_or_path: tokenizer '/no/such/model'"]),
+    (["model.tokenizer=not_a_model"], ["model.tokenizer: tokenizer 'not_a_model'"]),
+    (["model.config.hidden_size=abc"], ["model.config:", "hidden_size"]),
+    # logger, data, seed, top level
+    (["logger.backend=tensorboard"], ["logger.backend='tensorboard' is not one of wandb, none"]),
+    (["+logger.foo=1"], ["unknown key logger.foo", "LoggerConfig has"]),
+    (["data.max_examples=0"], ["data.max_examples=0 must be >= 1"]),
+    (["+data.max_example=5"], ["unknown key data.max_example", "did you mean max_examples?"]),
+    (["data.num_workers=-1"], ["data.num_workers=-1 must be >= 0"]),
+    (["seed=abc"], ["bad value for seed"]),
+    (["+sed=1"], ["unknown key sed", "did you mean seed?"]),
+    # task
+    (["task=[]"], ["no task selected", "task=[name,...]"]),
+    (["task=[synthetic_cls,synthetic_cls]"], ["task synthetic_cls given twice"]),
+    (["+task.synthetic_cls.text_colum=x"], ["unknown key task.synthetic_cls.text_colum"]),
+    (["task.synthetic_cls.max_length=0"], ["task.synthetic_cls.max_length=0 must be >= 2"]),
+    (["task.synthetic_cls.batch_size=0"], ["task.synthetic_cls.batch_size=0 must be >= 1"]),
+    (["task.synthetic_cls.dev_fraction=1"], ["task.synthetic_cls.dev_fraction=1.0 must be in"]),
+    (["task.synthetic_cls.type=nope"], ["task.synthetic_cls.type='nope' is not a task type"]),
+    (["task.synthetic_cls.metrics=[nope]"], ["nope", "accuracy"]),
+    (["task.synthetic_cls.type=mtl.nope.Cls"], ["type='mtl.nope.Cls': mtl has no 'nope'"]),
+    (["task=[no_package]"], ["task/no_package.yaml", "'# @package task.no_package'"]),
+    (["task=[missing_file]"], ["data/nope.csv"]),
+    (["task=[empty_file]"], ["empty_file", "data/empty.csv"]),
+    (["task=[header_only]"], ["header_only", "train split has 0 rows"]),
+    (["task=[five_labels]"], ["five_labels", "label_names"]),
+    (["task=[with_test]", "task.with_test.text_column=txt"], ["'txt' missing from the train"]),
+    # loader and sampler (their classes' arguments)
+    (["loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
+    (["+loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
+    (
+        ["loader._target_=mtl.loaders.RandomLoadr"],
+        ["loader._target_='mtl.loaders.RandomLoadr'", "did you mean RandomLoader?"],
+    ),
+    (["sampler._target_=nope.Sampler"], ["sampler._target_='nope.Sampler'", "no module"]),
+    (["sampler=no_partial"], ["sampler:", "_partial_: true"]),
+    (["+sampler.sort_bs=3"], ["unknown key sampler.sort_bs", "did you mean sort_bs_num?"]),
+    # hydra
+    (["hydra/launcher=slurm"], ["pip install hydra-submitit-launcher"]),
+    (["experiment=nope"], ["unknown experiment 'nope'; choose from bundled,"]),
+    (["hparams_search=mixin"], ["unknown hparams_search 'mixin'; choose from mixing"]),
+    (["debug=fats"], ["unknown debug 'fats'; choose from fast"]),
+    (["hparams_search=mixing", "hydra.sweeper.n_trials=0"], ["hydra.sweeper.n_trials=0 must be"]),
+    (["hparams_search=mixing", "hydra.sweeper.n_jobs=0"], ["hydra.sweeper.n_jobs=0 must be"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"), CASES, ids=[" ".join(case[0]) for case in CASES]
+)
+def test_bad_input_gives_one_line_and_leaves_no_run_folder(project, mtl_train, overrides, expected):
+    line = one_error_line(*mtl_train(*overrides))
+    for part in expected:
+        assert part in line, line
+    nothing_left(project)
+
+
+def test_online_logging_without_credentials_is_refused_up_front(project, mtl_train, monkeypatch):
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(project / "no_netrc"))
+    line = one_error_line(*mtl_train("logger.backend=wandb", "logger.mode=online"))
+    assert "logger.mode=online needs W&B credentials" in line
+    assert "wandb login" in line and "logger.mode=offline" in line
+    nothing_left(project)
+
+
+def test_a_netrc_entry_for_the_wandb_host_counts_as_credentials(tmp_path, monkeypatch):
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine example.org login user password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert not has_wandb_credentials()
+    netrc.write_text(f"machine api.wandb.ai login user password {'a' * 40}\n")
+    assert has_wandb_credentials()
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    monkeypatch.setenv("WANDB_API_KEY", "b" * 40)
+    assert has_wandb_credentials()
+
+
+def test_six_typos_leave_no_run_folder_but_a_users_folder_is_kept(project):
+    """`python train.py` as a user runs it: a refused run removes the folder it made itself
+    (and the date folder above it), never a folder that was there before."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    typos = ["+trainer.lrr=1", "trainer.epochs=0", "trainer.lr=-1", "+model.foo=1",
+             "task.synthetic_cls.max_length=0", "data.max_examples=0"]  # fmt: skip
+    for typo in typos:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), "task=[synthetic_cls]", "debug=fast", typo],
+            cwd=project, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        one_error_line(result.returncode, result.stderr)
+    nothing_left(project)
+    mine = project / "my_run"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "task=[synthetic_cls]", "debug=fast",
+         "trainer.epochs=0", f"hydra.run.dir={mine}"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    one_error_line(result.returncode, result.stderr)
+    assert (mine / "notes.txt").read_text() == "mine"
