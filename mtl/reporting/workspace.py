@@ -18,7 +18,7 @@ the run summary's `<key>.max` (`.min` for losses and errors; see
 `mtl.training.tracking.summary_of`).
 
 `--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
-`wandb-workspaces` (`pip install 'mtl[dashboards]'`) and saved as a new view of the project
+`wandb-workspaces` (`pip install 'mtl-train[dashboards]'`) and saved as a new view of the project
 (`wandb login` first); the view's URL is printed.
 """
 
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
             workspace = build_workspace(spec)
         except ImportError:
             raise MtlError(
-                "saving a workspace needs wandb-workspaces: pip install 'mtl[dashboards]'"
+                "saving a workspace needs wandb-workspaces: pip install 'mtl-train[dashboards]'"
             ) from None
         print(workspace.save().url)
     except MtlError as err:
