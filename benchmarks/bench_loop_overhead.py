@@ -19,11 +19,11 @@ batches in the same order; peer: the bare loop.
   Checked, not assumed: the example ids of every step are the same in both ("same batches"), and
   each window loss mtl logged equals the bare loop's mean loss over those steps ("same losses").
 
-Timed: a timestamp each time the loop asks for its next batch (for mtl by wrapping
-`mtl.training.loop.guarded`) and one after the last step; steady state = from the start of step
-`--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in pairs
-(`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or slows
-down over the runs favours neither; the ratio is the median of the pairs' ratios.
+Timed: a timestamp each time the loop asks for its next batch (for mtl through the loop's
+`batches` hook, `harness.LoopClock`) and one after the last step; steady state = from the start
+of step `--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in
+pairs (`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or
+slows down over the runs favours neither; the ratio is the median of the pairs' ratios.
 One torch thread by default: on a small shared machine intra-op thread wake-ups made the tiny
 model's steps several times slower and much noisier, and the loop's overhead is Python anyway.
 
@@ -79,8 +79,9 @@ def run_mtl(cfg) -> tuple[LoopClock, list[tuple[int, float]]]:
     """The steps' clock, and the (step, loss) of every window mtl logged."""
     from mtl.training.loop import run
 
-    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-        run(cfg)
+    clock = LoopClock()
+    with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+        run(cfg, hooks=[clock])
     lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
     windows = [(f["step"], f["loss"]) for f in map(json.loads, lines) if "loss" in f]
     return clock, windows
@@ -93,7 +94,7 @@ def run_bare(cfg, steps: int) -> tuple[LoopClock, list[float]]:
 
     from mtl.config import validate
     from mtl.training.build import build_model, build_tasks, build_train_loaders
-    from mtl.training.loop import make_optimizer, param_groups
+    from mtl.training.setup import make_optimizer, param_groups
 
     settings = validate(cfg)
     t = settings.trainer

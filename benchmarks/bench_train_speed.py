@@ -9,8 +9,8 @@ number of epochs for both samplers, so both take the same number of steps (one t
 alike.
 
 Timed: the training loop only, i.e. from the start to the end of each epoch's iteration over the
-loader (data loading, forward, backward, optimizer, logging), by wrapping
-`mtl.training.loop.guarded` (`harness.LoopClock`); setup (tokenizing, model load), evaluation and
+loader (data loading, forward, backward, optimizer, logging), by the loop's `batches` hook
+(`harness.LoopClock`); setup (tokenizing, model load), evaluation and
 checkpointing are left out. examples/s = training examples drawn / seconds. Dev metric: the task's
 main metric after the last epoch (the value `run()` returns). Peer: the random sampler (plain
 shuffled batches) in the same loop. Goal: block_shuffle >= 2.5x the examples/s of random, dev metric
@@ -68,8 +68,9 @@ def one_run(sampler: str, args: argparse.Namespace, out_dir: Path) -> dict:
         overrides.append("model=tiny")
     cfg = compose(overrides)
     start = time.perf_counter()
-    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-        final = run(cfg)
+    clock = LoopClock()
+    with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+        final = run(cfg, hooks=[clock]).dev
     total = time.perf_counter() - start
     seconds, examples = clock.seconds, clock.examples
     metrics = {}

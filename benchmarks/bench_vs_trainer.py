@@ -9,7 +9,7 @@ epochs, learning rate, max_length and seed for both; peer: transformers' `Traine
   default sampler (block_shuffle) and loader. mtl always evaluates after each epoch; that, setup
   (tokenizing, model load) and the final checkpoint are not timed. Timed: every epoch's pass over
   the loader (data, forward, backward, optimizer, logging every `trainer.log_every` steps), by
-  wrapping `mtl.training.loop.guarded` (`harness.LoopClock`).
+  the loop's `batches` hook (`harness.LoopClock`).
 - Trainer: `AutoModelForSequenceClassification.from_pretrained(<the packaged MiniLM>)` (BERT's
   pooler -> dropout -> linear, exactly mtl's sentence head; `model=tiny` with `--quick`: the same
   tiny config, randomly initialised) on the train/dev rows of the task built by mtl's own data
@@ -76,8 +76,9 @@ def run_mtl(cfg, task: str) -> dict:
     from mtl.training.loop import run
 
     start = time.perf_counter()
-    with LoopClock() as clock, contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-        final = run(cfg)
+    clock = LoopClock()
+    with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
+        final = run(cfg, hooks=[clock]).dev
     total = time.perf_counter() - start
     return {
         "examples": clock.examples,

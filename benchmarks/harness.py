@@ -101,9 +101,9 @@ def best_of(rows: dict[str, Callable[[], int]], rounds: int) -> dict[str, float]
 
 
 class LoopClock:
-    """Stamps the training loop's batch requests while in a `with` block (it wraps
-    `mtl.training.loop.guarded`, the iterator the loop draws its batches from), and keeps each
-    batch's size and example ids; `wrap` does the same for any loop's batches."""
+    """Stamps the training loop's batch requests and keeps each batch's size and example ids: a
+    hook of `mtl.training.loop.run(cfg, hooks=[clock])` (its `batches` wraps the iterator each
+    epoch draws its batches from); `wrap` does the same for any loop's batches."""
 
     def __init__(self) -> None:
         self.marks: list[float] = []  # when step i asked for its batch
@@ -115,6 +115,10 @@ class LoopClock:
     @property
     def examples(self) -> int:
         return sum(self.sizes)
+
+    def batches(self, batches: Iterable) -> Iterator:
+        """The loop's hook: each epoch's batches, stamped."""
+        return self.wrap(batches)
 
     def wrap(self, batches: Iterable, limit: int | None = None) -> Iterator:
         """Yield `batches` (at most `limit`), stamping each request; the end is stamped when
@@ -146,20 +150,6 @@ class LoopClock:
             "examples_per_s": examples / seconds,
             "ms_per_step": 1000 * seconds / steps,
         }
-
-    def __enter__(self) -> LoopClock:
-        import mtl.training.loop
-
-        self.original = mtl.training.loop.guarded
-        mtl.training.loop.guarded = lambda loader, *a, **k: self.wrap(
-            self.original(loader, *a, **k)
-        )
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import mtl.training.loop
-
-        mtl.training.loop.guarded = self.original
 
 
 @contextlib.contextmanager

@@ -39,6 +39,17 @@ def config_dir() -> Path:
     return installed if installed.is_dir() else package.parent / "conf"
 
 
+# An export folder (`mtl-export`, `<run>/export`): its tasks, labels and heads' arguments, the
+# marker that says the folder is an export, and every head's weights.
+TASKS_FILE = "mtl_tasks.json"
+HEADS_FILE = "heads.safetensors"
+
+
+def is_export(path: str | Path) -> bool:
+    """Whether `path` is an export folder (it holds `mtl_tasks.json`)."""
+    return (Path(path) / TASKS_FILE).is_file()
+
+
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 

@@ -201,7 +201,7 @@ def test_swag_endings_become_a_list_of_choices(tmp_path):
 def test_trains_on_local_files_with_the_hub_columns(make_cfg, tmp_path, path):
     name, _, _, splits, metrics = BENCHMARKS[path]
     overrides, _ = local_source(path, tmp_path)
-    final = run(make_cfg(f"task=[{path}]", "model=tiny", *overrides))
+    final = run(make_cfg(f"task=[{path}]", "model=tiny", *overrides)).dev
     expected = {f"eval/{name}/{m}" for m in metrics}
     if "dev_mismatched" in splits:
         expected |= {f"eval/{name}_mismatched/{m}" for m in metrics}

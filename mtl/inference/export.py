@@ -33,18 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mtl.artifacts import check_target, write_folder
+from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
-from mtl.inference.load import (
-    FORMAT,
-    HEADS_FILE,
-    TASKS_FILE,
-    LoadedModel,
-    TaskInfo,
-    is_export,
-    load_export,
-)
+from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
 from mtl.inference.trust import check_task
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]

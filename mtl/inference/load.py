@@ -13,11 +13,10 @@ from typing import Any
 
 from torch import nn
 
+from mtl.artifacts import HEADS_FILE, TASKS_FILE
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
 
-TASKS_FILE = "mtl_tasks.json"
-HEADS_FILE = "heads.safetensors"
 FORMAT = 1
 
 
@@ -37,10 +36,6 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     tasks: dict[str, TaskInfo]
-
-
-def is_export(path: Path) -> bool:
-    return (Path(path) / TASKS_FILE).is_file()
 
 
 def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:

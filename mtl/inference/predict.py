@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mtl.artifacts import check_target
+from mtl.artifacts import check_target, is_export
 from mtl.errors import MtlError
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
 
@@ -205,7 +205,7 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
 def run(options: dict[str, Any]) -> None:
     import torch
 
-    from mtl.inference.export import is_export, load_model, run_folder
+    from mtl.inference.export import load_model, run_folder
 
     out_path = options["output"]
     model = Path(options["model"]).expanduser()

@@ -23,6 +23,7 @@ from mtl.data import Task, build_task_from_config, load_tokenizer, task_loader
 from mtl.errors import MtlError
 from mtl.models import MultiTaskModel, encoder_config, load_encoder_and_pooler
 from mtl.models.heads import init_poolers
+from mtl.training.checkpoint import trained_weights
 from mtl.training.distributed import env_rank
 
 
@@ -162,8 +163,6 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
 def init_from(model: MultiTaskModel, path: str) -> None:
     """Load a trained model's encoder and the heads of the tasks both share (the MT-DNN
     workflow: train on many tasks, then fine-tune on one); other heads stay fresh."""
-    from mtl.training.checkpoint import trained_weights
-
     state, source = trained_weights(path)
     own = model.state_dict()
     missing = [k for k in own if k.startswith("encoder.") and k not in state]

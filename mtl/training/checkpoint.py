@@ -2,8 +2,8 @@
 `<run>/checkpoints/step_<N:07d>`, written whole or not at all.
 
 A checkpoint holds the model, optimizer, scheduler, RNG states (one file per rank), the composite
-loader's position and the run counters (`TrainState`), so that `trainer.resume=<folder>`
-continues exactly.
+loader's position and the run counters (`mtl.training.state.TrainState`), so that
+`trainer.resume=<folder>` continues exactly.
 
 - `save_checkpoint` writes into `checkpoints/.tmp-step_<N>`, adds the completion marker
   `mtl_checkpoint.json` (the name and size of every file) last, then renames the folder to
@@ -13,8 +13,7 @@ continues exactly.
   latest complete checkpoint, and the incomplete ones skipped are named in one line.
 - `save_best`/`load_best` keep the model weights of the best evaluation in
   `checkpoints/best` (written to `.tmp-best` and renamed, like the step checkpoints).
-- `StopSignal` turns SIGTERM and SIGUSR1 (SLURM's warning signal, `--signal=USR1@<s>`) into a
-  request to save and stop at the next optimizer-step boundary, the same step on every rank.
+- `trained_weights` reads the model weights of a run, checkpoint or export folder.
 
 The folders are on a file system every rank sees (as accelerate's `save_state` assumes). Files
 are flushed to disk (fsync) before the rename, so a machine crash also leaves no `step_*`
@@ -27,47 +26,22 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
-import threading
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
+from mtl.artifacts import HEADS_FILE, is_export
 from mtl.errors import MtlError
+from mtl.models import load_encoder
 from mtl.training.distributed import env_rank
-from mtl.training.tracking import ShareMeter
 
 MARKER = "mtl_checkpoint.json"
 DESCRIPTION = "mtl_run.json"  # the run's tasks and model (mtl.training.resume.describe)
 TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one
 OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
 STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
-STOP_MESSAGE = (
-    "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
-    "resume with trainer.resume={run_dir} output_dir={run_dir}"
-)
-
-
-class TrainState:
-    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`)."""
-
-    def __init__(self, shares: ShareMeter):
-        self.step = 0  # optimizer steps done
-        self.epoch = 0  # epochs completed
-        self.shares = shares
-        self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
-
-    def state_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "shares": self.shares.state_dict(),
-            "metrics_rows": self.metrics_rows,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step, self.epoch = state["step"], state["epoch"]
-        self.shares.load_state_dict(state["shares"])
-        self.metrics_rows = state.get("metrics_rows")  # absent from older checkpoints
 
 
 def step_dir_name(step: int) -> str:
@@ -265,80 +239,7 @@ def resolve_checkpoint(path: str) -> str:
 
 def _everywhere(message: str) -> MtlError:
     """An MtlError every rank raises alike (printed once, by rank 0)."""
-    err = MtlError(message)
-    err.all_ranks = True
-    return err
-
-
-class StopSignal:
-    """Turns SIGTERM and SIGUSR1 into a request to save a checkpoint and stop.
-
-    Creating it installs handlers for both signals in this process; `close()` (or leaving the
-    `with` block) puts the previous handlers back. A handler only records the signal, so the step
-    under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
-    it is True from the first step boundary at which any rank has received a signal, on every
-    rank alike (on several processes, a tiny all-reduce of the flag), so all ranks save the same
-    step. Use in the loop:
-
-        with StopSignal() as stop:
-            for ...:  # one optimizer step
-                ...
-                if stop.should_stop(accelerator):
-                    accelerator.print(stop.message(state.step, run_dir))
-                    save_checkpoint(accelerator, run_dir, state.step, t.keep_last)
-                    break
-
-    Handlers can only be installed from the main thread; elsewhere it installs nothing and
-    never asks to stop.
-    """
-
-    SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s)
-
-    def __init__(self):
-        self.received = 0  # number of the signal this process received, 0 before any
-        self.agreed = 0  # the signal the ranks agreed to stop for (highest number), 0 before
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.received = self.received or signum
-
-    def should_stop(self, accelerator) -> bool:
-        """Whether to save and stop at this step boundary (a collective on several processes)."""
-        if self.agreed:
-            return True
-        if accelerator.num_processes == 1:
-            self.agreed = self.received
-        else:
-            import torch
-
-            flag = torch.tensor([self.received], dtype=torch.int32, device=accelerator.device)
-            self.agreed = int(accelerator.reduce(flag, reduction="max").item())
-        return bool(self.agreed)
-
-    @property
-    def signal_name(self) -> str:
-        signum = self.agreed or self.received
-        return signal.Signals(signum).name if signum else ""
-
-    def message(self, step: int, run_dir: Path | str) -> str:
-        """The one line the run prints when it stops for a signal."""
-        return STOP_MESSAGE.format(signal=self.signal_name, step=step, run_dir=run_dir)
-
-    def close(self) -> None:
-        """Put back the handlers that were there before."""
-        for signum, handler in self._previous.items():
-            # None: a handler not installed from Python; the default is the best stand-in.
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        self._previous = {}
-
-    def __enter__(self) -> StopSignal:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    return MtlError(message, all_ranks=True)
 
 
 BEST = "best"
@@ -366,8 +267,6 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
     folder = Path(run_dir) / "checkpoints" / BEST
     if not (folder / MARKER).is_file():
         return None
-    import torch
-
     state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
     accelerator.unwrap_model(model).load_state_dict(state)
     return json.loads((folder / "best.json").read_text())
@@ -377,15 +276,8 @@ def trained_weights(path: str) -> tuple[dict, Path]:
     """The model weights of a run folder (its best model, else its latest complete checkpoint),
     a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
     heads.safetensors), and where they came from (`model.init_from`)."""
-    import torch
-    from safetensors.torch import load_file
-
-    from mtl.inference.export import HEADS_FILE, is_export
-
     folder = Path(path)
     if is_export(folder):
-        from mtl.models import load_encoder
-
         encoder = load_encoder(str(folder)).state_dict()
         heads = load_file(folder / HEADS_FILE)
         state = {f"encoder.{k}": v for k, v in encoder.items()}

@@ -142,13 +142,12 @@ def check_world_size(processes: int, world: int, distributed_type: str) -> None:
     size) than the launch: each would log every step and write its own summary."""
     if processes == world:
         return
-    err = MtlError(
+    raise MtlError(
         f"accelerate sees {processes} process(es) ({distributed_type}) but the launcher started "
         f"{world}; set trainer.cpu=true to run the {world} processes on CPU, or "
-        f"launch one process per device (--nproc_per_node / --num_processes)"
+        f"launch one process per device (--nproc_per_node / --num_processes)",
+        all_ranks=True,
     )
-    err.all_ranks = True
-    raise err
 
 
 def export_slurm_env() -> None:
@@ -197,13 +196,12 @@ def check_same_run(accelerator, config: dict, loader) -> None:
         values = [p[key] for p in everyone]
         if any(v != values[0] for v in values):
             by_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
-            err = MtlError(
+            raise MtlError(
                 f"the {accelerator.num_processes} processes disagree on the {key} ({by_rank}); "
                 "every rank must get the same config and data (no rank-dependent options), "
-                "or the ranks would train different tasks per step and desynchronise or hang"
+                "or the ranks would train different tasks per step and desynchronise or hang",
+                all_ranks=True,
             )
-            err.all_ranks = True
-            raise err
 
 
 def param_hash(model: torch.nn.Module) -> str:
@@ -231,7 +229,8 @@ def batch_examples(batch: dict) -> dict[str, list[int]]:
 class Tracer:
     """`trace_rank<r>.jsonl` in the run folder: a header line (world size, rank, train sizes),
     then per optimizer step {step, epoch, micro: [{tasks, example_ids, loss}], param_hash}.
-    Tracing syncs with the device every micro-batch: for tests and debugging only."""
+    A hook of the loop (`mtl.training.hooks`). Tracing syncs with the device every micro-batch:
+    for tests and debugging only."""
 
     def __init__(self, run_dir: Path, accelerator, train_sizes: dict[str, int]):
         self.path = Path(run_dir) / f"trace_rank{accelerator.process_index}.jsonl"
@@ -249,11 +248,13 @@ class Tracer:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
-    def add(self, batch: dict, loss: torch.Tensor) -> None:
+    def on_micro_step(self, run, progress, batch: dict, loss: torch.Tensor) -> None:
         examples = batch_examples(batch)
         self.micro.append({"tasks": list(examples), "example_ids": examples, "loss": float(loss)})
 
-    def step(self, step: int, epoch: int, model: torch.nn.Module) -> None:
+    def on_step_end(self, run, progress) -> None:
+        model = run.accelerator.unwrap_model(run.model)
+        step, epoch = progress.state.step, progress.state.epoch
         self._write(
             {"step": step, "epoch": epoch, "micro": self.micro, "param_hash": param_hash(model)}
         )

@@ -190,9 +190,7 @@ def _show(value) -> str:
 
 
 def _everywhere(message: str) -> MtlError:
-    err = MtlError(message)
-    err.all_ranks = True
-    return err
+    return MtlError(message, all_ranks=True)
 
 
 def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:

@@ -148,9 +148,7 @@ class RunFolder:
 
             broadcast_object_list(outcome, from_process=0)
         if outcome[0] is not None:
-            err = MtlError(outcome[0])
-            err.all_ranks = True
-            raise err
+            raise MtlError(outcome[0], all_ranks=True)
         if outcome[1] and self.accelerator.is_main_process:
             print(outcome[1], file=sys.stderr)
 

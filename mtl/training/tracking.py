@@ -190,12 +190,11 @@ def window_figures(accelerator, names, loss_sums, shares, loader, steps) -> dict
         if per_rank[r, i, 1] > 0 and not math.isfinite(float(per_rank[r, i, 0]))
     ]
     if bad:
-        err = MtlError(
+        raise MtlError(
             f"loss is NaN/inf for {', '.join(bad)} in steps {steps[0]}-{steps[1]}; check that "
-            "task's data and labels, or lower the learning rate"
+            "task's data and labels, or lower the learning rate",
+            all_ranks=True,
         )
-        err.all_ranks = True
-        raise err
     sums = per_rank.double().sum(dim=0)
     figures: dict[str, float] = {}
     total, count = 0.0, 0.0

@@ -247,7 +247,7 @@ def test_trains_end_to_end_with_other_tasks(make_cfg, tmp_path, files, loader):
         "task=[topics,synthetic_tag,synthetic_cls]",
         f"loader={loader}",
     )
-    final = run(cfg)
+    final = run(cfg).dev
     for metric in ("micro_f1", "macro_f1", "subset_accuracy"):
         assert 0.0 <= final[f"eval/topics/{metric}"] <= 1.0
     assert "eval/synthetic_tag/f1" in final

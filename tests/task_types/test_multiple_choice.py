@@ -232,7 +232,7 @@ def read_metrics(run_dir):
 
 
 def test_synthetic_choice_trains_alone(make_cfg, tmp_path):
-    final = run(make_cfg("task=[synthetic_choice]"))
+    final = run(make_cfg("task=[synthetic_choice]")).dev
     assert 0.0 <= final["eval/synthetic_choice/accuracy"] <= 1.0
     losses = [r["loss/synthetic_choice"] for r in read_metrics(tmp_path / "run") if "loss" in r]
     assert len(losses) == 4 and all(0 < x < 10 for x in losses)
@@ -241,7 +241,7 @@ def test_synthetic_choice_trains_alone(make_cfg, tmp_path):
 @pytest.mark.parametrize("loader", ["mixup", "random"])
 def test_synthetic_choice_trains_with_other_tasks(make_cfg, tmp_path, loader):
     tasks = ["synthetic_choice", "synthetic_cls", "synthetic_tag"]
-    final = run(make_cfg(f"task=[{','.join(tasks)}]", f"loader={loader}"))
+    final = run(make_cfg(f"task=[{','.join(tasks)}]", f"loader={loader}")).dev
     assert 0.0 <= final["eval/synthetic_choice/accuracy"] <= 1.0
     assert {f"eval/{t}/accuracy" for t in tasks} <= set(final)
     rows = [r for r in read_metrics(tmp_path / "run") if "loss" in r]

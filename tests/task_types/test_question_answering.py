@@ -320,7 +320,7 @@ def test_mixup_keeps_the_pairs_in_columns_0_and_1(tmp_path):
 
 
 def test_synthetic_qa_trains_alone(make_cfg, tmp_path):
-    final = run(make_cfg("task=[synthetic_qa]"))
+    final = run(make_cfg("task=[synthetic_qa]")).dev
     assert set(final) == {"eval/synthetic_qa/exact_match", "eval/synthetic_qa/f1", "eval/mean"}
     assert final["eval/mean"] == final["eval/synthetic_qa/exact_match"]
     assert 0 <= final["eval/synthetic_qa/exact_match"] <= final["eval/synthetic_qa/f1"] <= 1
@@ -333,7 +333,7 @@ def test_synthetic_qa_trains_alone(make_cfg, tmp_path):
 
 @pytest.mark.parametrize("loader", ["mixup", "random"])
 def test_synthetic_qa_trains_with_another_task(make_cfg, tmp_path, loader):
-    final = run(make_cfg("task=[synthetic_qa,synthetic_cls]", f"loader={loader}"))
+    final = run(make_cfg("task=[synthetic_qa,synthetic_cls]", f"loader={loader}")).dev
     assert "eval/synthetic_qa/exact_match" in final and "eval/synthetic_cls/accuracy" in final
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

@@ -18,14 +18,9 @@ import torch
 from accelerate import Accelerator
 
 from mtl.errors import MtlError
-from mtl.training.checkpoint import (
-    MARKER,
-    STOP_MESSAGE,
-    StopSignal,
-    TrainState,
-    resolve_checkpoint,
-    save_checkpoint,
-)
+from mtl.training.checkpoint import MARKER, resolve_checkpoint, save_checkpoint
+from mtl.training.signals import STOP_MESSAGE, StopSignal
+from mtl.training.state import TrainState
 from mtl.training.tracking import ShareMeter
 
 
@@ -230,7 +225,8 @@ def test_stop_signal_requests_a_stop_and_restores_handlers(setup, tmp_path, sign
 DIST_SCRIPT = """
 import os, signal, sys, torch
 from accelerate import Accelerator
-from mtl.training.checkpoint import StopSignal, save_checkpoint
+from mtl.training.checkpoint import save_checkpoint
+from mtl.training.signals import StopSignal
 
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(torch.nn.Linear(2, 2))

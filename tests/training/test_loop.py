@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from mtl.training.loop import run
 from mtl.training.wandb_file import read_history, record_types
@@ -27,7 +28,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("loader", LOADERS)
 def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
     cfg = make_cfg(f"loader={loader}", f"sampler={sampler}")
-    final = run(cfg)
+    final = run(cfg).dev
     for task in TASKS:
         assert any(key.startswith(f"eval/{task}/") for key in final)
     rows = read_metrics(tmp_path / "run")
@@ -217,7 +218,7 @@ def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_pa
         "# @package task.long\ntype: sequence_classification\n"
         f"source: {{path: {data}}}\nmax_length: 4096\nbatch_size: 4\n"
     )
-    final = run(make_cfg("task=[synthetic_cls,long]", f"hydra.searchpath=[file://{conf}]"))
+    final = run(make_cfg("task=[synthetic_cls,long]", f"hydra.searchpath=[file://{conf}]")).dev
     err = capsys.readouterr().err.splitlines()
     warning = [line for line in err if line.startswith("mtl: warning") and "max_length" in line]
     assert warning == [
@@ -273,7 +274,7 @@ def test_best_model_and_early_stopping(make_cfg, tmp_path):
     """A monitored figure that is best early (the MSE of a regression task, taken as 'max'):
     the best step is the arg-max over the logged evaluations, the run stops `patience`
     evaluations after it, and `main` returns the best value."""
-    from mtl.training.loop import main
+    from mtl.cli.train import main
 
     cfg = make_cfg(
         "task=[synthetic_cls,synthetic_reg]",
@@ -343,7 +344,7 @@ def test_every_task_type_trains_together(make_cfg, tmp_path, loader):
     # One whole epoch (every batch of every task under random's each_once).
     final = run(
         make_cfg(f"task=[{','.join(ALL_TYPES)}]", f"loader={loader}", "trainer.max_steps=null")
-    )
+    ).dev
     mains = {
         "synthetic_cls": "accuracy",
         "synthetic_tag": "f1",
@@ -409,5 +410,55 @@ def test_init_from_a_trained_run_keeps_the_encoder_and_shared_heads(make_cfg, tm
     shared = [k for k in state if not k.startswith("heads.synthetic_tag")]
     assert all(torch.equal(state[k], best[k]) for k in shared)
     assert not any(k.startswith("heads.synthetic_tag") for k in best)
-    final = run(make_cfg("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}"))
+    final = run(make_cfg("task=[synthetic_cls,synthetic_tag]", f"model.init_from={trained}")).dev
     assert "eval/synthetic_tag/f1" in final
+
+
+class Recorder:
+    """A hook that records what the loop tells it."""
+
+    def __init__(self):
+        self.requests, self.micro, self.steps, self.logged, self.ended = 0, [], [], [], 0
+
+    def batches(self, batches):
+        for batch in batches:
+            self.requests += 1
+            yield batch
+
+    def on_micro_step(self, run, progress, batch, loss):
+        self.micro.append((progress.state.step, float(loss)))
+
+    def on_step_end(self, run, progress):
+        self.steps.append(progress.state.step)
+
+    def on_log(self, run, progress, figures):
+        self.logged.append((progress.state.step, figures["loss"]))
+
+    def on_train_end(self, run, progress):
+        self.ended += 1
+
+
+def test_run_calls_its_hooks_and_returns_its_results(make_cfg, tmp_path):
+    from mtl.training.state import StopReason
+
+    hook = Recorder()
+    results = run(make_cfg("trainer.grad_accum=2"), hooks=[hook])
+    assert hook.requests == len(hook.micro) == 8  # 4 optimizer steps of 2 micro-batches
+    assert [step for step, _ in hook.micro] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert hook.steps == [1, 2, 3, 4] and hook.ended == 1
+    logged = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert hook.logged == logged and len(logged) == 4
+    assert results.stop is StopReason.MAX_STEPS and results.step == 4
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved == json.loads(json.dumps(results.summary()))
+    assert results.best_value == saved["best"][saved["monitor"]]
+    assert results.dev == {k: v for k, v in saved.items() if k.startswith("eval/")}
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best" / "model.pt", weights_only=True)
+    assert all(torch.equal(v, best[k]) for k, v in results.model.state_dict().items())
+
+
+def test_a_run_that_trains_all_its_epochs_stops_for_epochs(make_cfg):
+    from mtl.training.state import StopReason
+
+    results = run(make_cfg("trainer.max_steps=null", "trainer.epochs=1"))
+    assert results.stop is StopReason.EPOCHS and results.step > 4

@@ -199,7 +199,7 @@ def test_process_start_tells_a_reused_pid(tmp_path):
     assert process_start(child.pid) is None
 
 
-# Bad input around resume, in-process through `mtl.training.loop.main` (what train.py calls),
+# Bad input around resume, in-process through `mtl.cli.train.main` (what train.py calls),
 # real config composed; each is one `mtl: error:` line and status 2, or one line and a run.
 
 FAST = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.export=false"]
@@ -236,7 +236,7 @@ def copy_of(run_dir: Path, tmp_path: Path) -> Path:
 
 def refused(capsys, *overrides: str) -> str:
     """The one line a run with these overrides is refused with (status 2)."""
-    from mtl.training.loop import main
+    from mtl.cli.train import main
 
     with pytest.raises(SystemExit) as exit_:
         main(compose(*overrides))
@@ -418,7 +418,7 @@ def test_a_garbage_wandb_run_id_is_one_line(trained, tmp_path, capsys):
 def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, tmp_path, capsys):
     """A run killed after step 4's rows were written but resumed from step 2: the rows of
     steps 3 and 4 are written once, by the resumed run."""
-    from mtl.training.loop import run
+    from mtl.cli.train import train
 
     run_dir = copy_of(trained, tmp_path)
     want = [
@@ -429,7 +429,9 @@ def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, t
 
     shutil.rmtree(run_dir / "checkpoints" / "step_0000004")
     (run_dir / "results.json").unlink()
-    run(compose(f"trainer.resume={run_dir}", f"output_dir={run_dir}", "trainer.checkpoint_every=2"))
+    train(
+        compose(f"trainer.resume={run_dir}", f"output_dir={run_dir}", "trainer.checkpoint_every=2")
+    )
     have = rows(run_dir)
     assert [r["step"] for r in have] == [r["step"] for r in want] == [1, 2, 3, 4, 4]
     for a, b in zip(have, want, strict=True):

@@ -1,0 +1,85 @@
+"""Stop signals: SIGTERM and SIGUSR1 (SLURM's warning signal, `--signal=USR1@<s>`) become a
+request to save a checkpoint and stop at the next optimizer-step boundary, the same step on
+every rank."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import torch
+
+STOP_MESSAGE = (
+    "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
+    "resume with trainer.resume={run_dir} output_dir={run_dir}"
+)
+
+
+class StopSignal:
+    """Turns SIGTERM and SIGUSR1 into a request to save a checkpoint and stop.
+
+    Creating it installs handlers for both signals in this process; `close()` (or leaving the
+    `with` block) puts the previous handlers back. A handler only records the signal, so the step
+    under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
+    it is True from the first step boundary at which any rank has received a signal, on every
+    rank alike (on several processes, a tiny all-reduce of the flag), so all ranks save the same
+    step. Use in the loop:
+
+        with StopSignal() as stop:
+            for ...:  # one optimizer step
+                ...
+                if stop.should_stop(accelerator):
+                    accelerator.print(stop.message(state.step, run_dir))
+                    save_checkpoint(accelerator, run_dir, state.step, t.keep_last)
+                    break
+
+    Handlers can only be installed from the main thread; elsewhere it installs nothing and
+    never asks to stop.
+    """
+
+    SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s)
+
+    def __init__(self):
+        self.received = 0  # number of the signal this process received, 0 before any
+        self.agreed = 0  # the signal the ranks agreed to stop for (highest number), 0 before
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = self.received or signum
+
+    def should_stop(self, accelerator) -> bool:
+        """Whether to save and stop at this step boundary (a collective on several processes)."""
+        if self.agreed:
+            return True
+        if accelerator.num_processes == 1:
+            self.agreed = self.received
+        else:
+            flag = torch.tensor([self.received], dtype=torch.int32, device=accelerator.device)
+            self.agreed = int(accelerator.reduce(flag, reduction="max").item())
+        return bool(self.agreed)
+
+    @property
+    def signal_name(self) -> str:
+        signum = self.agreed or self.received
+        return signal.Signals(signum).name if signum else ""
+
+    def message(self, step: int, run_dir: Path | str) -> str:
+        """The one line the run prints when it stops for a signal."""
+        return STOP_MESSAGE.format(signal=self.signal_name, step=step, run_dir=run_dir)
+
+    def close(self) -> None:
+        """Put back the handlers that were there before."""
+        for signum, handler in self._previous.items():
+            # None: a handler not installed from Python; the default is the best stand-in.
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+
+    def __enter__(self) -> StopSignal:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

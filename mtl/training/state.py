@@ -1,0 +1,120 @@
+"""Where a run stands: the counters saved with every checkpoint (`TrainState`), the rest of its
+progress (`Progress`: evaluations so far, the logged window, why it stops) and what it returns
+(`RunResults`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtl.training.tracking import ShareMeter
+
+
+class TrainState:
+    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`)."""
+
+    def __init__(self, shares: ShareMeter):
+        self.step = 0  # optimizer steps done
+        self.epoch = 0  # epochs completed
+        self.shares = shares
+        self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "shares": self.shares.state_dict(),
+            "metrics_rows": self.metrics_rows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.shares.load_state_dict(state["shares"])
+        self.metrics_rows = state.get("metrics_rows")  # absent from older checkpoints
+
+
+class StopReason(str, Enum):
+    """Why a run stopped: its last step (`trainer.max_steps`, or the planned steps), its last
+    epoch, early stopping (`trainer.patience`), or a stop signal (SIGTERM/SIGUSR1)."""
+
+    MAX_STEPS = "max_steps"
+    EPOCHS = "epochs"
+    EARLY_STOP = "early_stop"
+    SIGNAL = "signal"
+
+
+@dataclass
+class Window:
+    """The logged window in progress: per-task loss sums and counts (on the device, read once
+    per window), its first step and start time."""
+
+    loss_sums: torch.Tensor
+    first_step: int
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Progress:
+    """What changes while a run trains. `state` holds the checkpointed counters (step, epoch,
+    task shares); the rest starts afresh on resume: the last evaluation and the step it was
+    made at, the best one (`trainer.monitor`) and how many evaluations since, the logged window
+    and `stop`, None until the run has a reason to stop."""
+
+    state: TrainState
+    window: Window
+    last_eval: dict[str, float] = field(default_factory=dict)
+    evaluated_at: int = -1
+    best_step: int | None = None
+    best: dict[str, float] = field(default_factory=dict)
+    evals_since_best: int = 0
+    stop: StopReason | None = None
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """What a run returns. `dev`: the figures of its last evaluation; `best_step`/`best`: those
+    of its best one by `monitor` (`monitor_mode`); `test`: the test splits scored with the best
+    weights. After a stop signal there is no final evaluation or test, and `model` is None.
+
+    For the run's outputs (on every rank): `model`, the unwrapped model holding the best
+    weights when the run ended otherwise, its `tokenizer`, `tasks`, `settings`, `accelerator`."""
+
+    run_dir: Path
+    step: int
+    stop: StopReason
+    monitor: str
+    monitor_mode: str
+    dev: dict[str, float]
+    best_step: int | None
+    best: dict[str, float]
+    test: dict[str, float]
+    model: Any = None
+    tokenizer: Any = None
+    tasks: dict = field(default_factory=dict)
+    settings: Any = None
+    accelerator: Any = None
+
+    @property
+    def best_value(self) -> float:
+        """The best value of `monitor` (what sweepers optimise); NaN after a stop signal."""
+        if self.stop is StopReason.SIGNAL:
+            return float("nan")
+        return float(self.best.get(self.monitor, float("nan")))
+
+    def summary(self) -> dict:
+        """results.json: the last step, the monitor, the best evaluation, the last dev and the
+        test figures."""
+        return {
+            "step": self.step,
+            "monitor": self.monitor,
+            "monitor_mode": self.monitor_mode,
+            "best_step": self.best_step,
+            "best": self.best,
+            **self.dev,
+            **self.test,
+        }
