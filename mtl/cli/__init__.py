@@ -54,7 +54,7 @@ PLUGINS = {
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     global _in_job
-    from mtl.cli.train import main
+    from mtl.cli.job import main
 
     _in_job = True  # stays set if main raises: a job's error keeps its traceback
     try:

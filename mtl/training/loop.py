@@ -5,7 +5,7 @@
 `grad_accum` of them an optimizer step, after which the window is logged, the model evaluated
 and checkpointed when their intervals say so; it ends (`Training.finish`) with a last
 checkpoint, evaluation and test, and returns a `RunResults`. The entry point
-(`mtl.cli.train`) writes the run's outputs (export, predictions) from those results.
+(`mtl.cli.job`) writes the run's outputs (export, predictions) from those results.
 
 One epoch is one pass of the composite loader (its `exhaust` policy says what that is). The run
 lasts `trainer.epochs` epochs, or `trainer.max_steps` optimizer steps if that comes first; the

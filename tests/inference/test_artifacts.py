@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A tiny run of synthetic_cls with its saved config and end-of-run export."""
-    from mtl.cli.train import train as run
+    from mtl.cli.job import train as run
 
     out = tmp_path_factory.mktemp("artifacts") / "run"
     GlobalHydra.instance().clear()

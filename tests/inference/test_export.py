@@ -118,7 +118,7 @@ def files(tmp_path_factory) -> Path:
 def default_export(files, tmp_path_factory) -> tuple[Path, dict[str, int]]:
     """A run of 4 steps on every task type with the default trainer settings (export on), and
     its end-of-run export's files and sizes before the standard export below replaces it."""
-    from mtl.cli.train import train as run
+    from mtl.cli.job import train as run
 
     out = tmp_path_factory.mktemp("export") / "run"
     cfg = make_cfg(files, out, f"task=[{','.join(TASKS)}]")
@@ -357,7 +357,7 @@ def test_heads_without_a_transformers_class_are_skipped_with_one_line(files, tmp
 
 
 def test_export_off_and_signal_stop_write_no_export(files, tmp_path, monkeypatch):
-    from mtl.cli.train import train as run
+    from mtl.cli.job import train as run
     from mtl.training.loop import StopSignal
 
     run(make_cfg(files, tmp_path / "off", "task=[synthetic_cls]", "trainer.export=false"))

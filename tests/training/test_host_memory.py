@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import mtl.cli.train
+import mtl.cli.job
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 200 * 2**20  # a block above glibc's largest dynamic mmap threshold (32 MB)
@@ -77,6 +77,6 @@ def test_a_training_run_keeps_freed_memory_unless_told_not_to(
     make_cfg, monkeypatch, override, calls
 ):
     called = []
-    monkeypatch.setattr(mtl.cli.train, "keep_freed_memory", lambda: called.append(1))
-    mtl.cli.train.train(make_cfg("trainer.max_steps=1", *override))
+    monkeypatch.setattr(mtl.cli.job, "keep_freed_memory", lambda: called.append(1))
+    mtl.cli.job.train(make_cfg("trainer.max_steps=1", *override))
     assert len(called) == calls

@@ -274,7 +274,7 @@ def test_best_model_and_early_stopping(make_cfg, tmp_path):
     """A monitored figure that is best early (the MSE of a regression task, taken as 'max'):
     the best step is the arg-max over the logged evaluations, the run stops `patience`
     evaluations after it, and `main` returns the best value."""
-    from mtl.cli.train import main
+    from mtl.cli.job import main
 
     cfg = make_cfg(
         "task=[synthetic_cls,synthetic_reg]",

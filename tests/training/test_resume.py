@@ -199,7 +199,7 @@ def test_process_start_tells_a_reused_pid(tmp_path):
     assert process_start(child.pid) is None
 
 
-# Bad input around resume, in-process through `mtl.cli.train.main` (what train.py calls),
+# Bad input around resume, in-process through `mtl.cli.job.main` (what train.py calls),
 # real config composed; each is one `mtl: error:` line and status 2, or one line and a run.
 
 FAST = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.export=false"]
@@ -236,7 +236,7 @@ def copy_of(run_dir: Path, tmp_path: Path) -> Path:
 
 def refused(capsys, *overrides: str) -> str:
     """The one line a run with these overrides is refused with (status 2)."""
-    from mtl.cli.train import main
+    from mtl.cli.job import main
 
     with pytest.raises(SystemExit) as exit_:
         main(compose(*overrides))
@@ -418,7 +418,7 @@ def test_a_garbage_wandb_run_id_is_one_line(trained, tmp_path, capsys):
 def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, tmp_path, capsys):
     """A run killed after step 4's rows were written but resumed from step 2: the rows of
     steps 3 and 4 are written once, by the resumed run."""
-    from mtl.cli.train import train
+    from mtl.cli.job import train
 
     run_dir = copy_of(trained, tmp_path)
     want = [
