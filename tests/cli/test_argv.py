@@ -70,6 +70,5 @@ def test_resume_as_typed_continues_the_same_run_folder(tmp_path):
     assert f"run folder {run} (resuming at step 2)" in resumed.stderr
     assert list((tmp_path / "outputs" / "runs").glob("*/*")) == [run]  # no second folder
     assert (run / ".hydra" / "config.yaml").read_text() == config  # trained-with config kept
-    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").open()]
-    losses = [s for s, line in zip(steps, (run / "metrics.jsonl").open()) if '"loss"' in line]
-    assert losses == [1, 2, 3, 4]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [row["step"] for row in rows if "loss" in row] == [1, 2, 3, 4]
