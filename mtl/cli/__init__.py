@@ -35,6 +35,7 @@ from mtl.artifacts import config_dir
 from mtl.cli.argv import continue_in_place
 from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
 from mtl.errors import MtlError
+from mtl.training import runlock
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made
@@ -129,6 +130,8 @@ def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:
         if hydra_dir and {p.name for p in entry.iterdir()} <= HYDRA_FILES:
             continue
         if entry.suffix == ".log" and entry.is_file() and entry.stat().st_size == 0:
+            continue
+        if entry.name == runlock.GUARD and entry.is_file():  # the lock's guard this run made
             continue
         return  # something else is there: keep it all
     for entry in entries:
