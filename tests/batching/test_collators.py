@@ -4,9 +4,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtl.batching.collators import PackedRows
-from mtl.data import make_collator
+from mtl.batching import IGNORE_INDEX, PackedRows
+from mtl.config import TaskConfig
 from mtl.errors import MtlError
+from mtl.task_types import task_type_class
+
+
+def make_collator(task_type, task_name, *, pad_token_id, pad_to_multiple_of=None):
+    """The collator training uses for one task of `task_type`: its task type's own."""
+    config = TaskConfig(type=task_type, source={})
+    task = task_type_class(task_type, task_name)(task_name, config)
+    return task.collator(pad_token_id, pad_to_multiple_of)
 
 
 def examples(lengths, token_labels=False, regression=False):
@@ -100,4 +108,4 @@ def test_packed_rows_and_dicts_give_the_same_batch(lengths, multiple):
         assert batch["num_tokens"] == int(batch["attention_mask"].sum()) == sum(lengths)
     for row, n in enumerate(lengths):
         assert from_dicts["input_ids"][row, :n].tolist() == rows[row]["input_ids"]
-        assert from_dicts["labels"][row, n:].eq(-100).all()
+        assert from_dicts["labels"][row, n:].eq(IGNORE_INDEX).all()

@@ -5,7 +5,14 @@ import pytest
 import torch
 from datasets import disable_progress_bars
 
-from mtl.data import TokenizedSplit, build_task, load_tokenizer, task_dataset, task_loader
+from mtl.config import TaskConfig
+from mtl.data import (
+    TokenizedSplit,
+    build_task_from_config,
+    load_tokenizer,
+    task_dataset,
+    task_loader,
+)
 from mtl.errors import MtlError
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
 
@@ -26,8 +33,8 @@ def make_task_loader(task, split="train", *, batch_size, sampler="random", sort_
 def tasks():
     tokenizer = load_tokenizer()
     return {
-        kind: build_task(
-            name, type=kind, source={"bundled": name, "size": 150}, tokenizer=tokenizer, seed=2
+        kind: build_task_from_config(
+            name, TaskConfig(type=kind, source={"bundled": name, "size": 150}), tokenizer, seed=2
         )
         for name, kind in [
             ("synthetic_cls", "sequence_classification"),
