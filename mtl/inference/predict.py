@@ -25,7 +25,9 @@ import numpy as np
 
 from mtl.artifacts import check_target
 from mtl.errors import MtlError
+from mtl.inference.export import LoadedModel, TaskInfo, is_export, load_model, quiet, run_folder
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
+from mtl.training.evaluate import to_device
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
@@ -88,8 +90,6 @@ def predict_task(
     `sort`: batches of rows of similar length (longest first), else in input order."""
     import torch
     from datasets import Dataset
-
-    from mtl.training.evaluate import to_device
 
     if name not in loaded.tasks:
         raise MtlError(
@@ -179,8 +179,6 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
     """`<run>/predictions/<task>.<split>.jsonl` for every split a task holds without labels
     (`Task.inputs`, a test split): each source row with `prediction` (and `score`), as
     mtl-predict writes them. Returns the files written."""
-    from mtl.inference.export import LoadedModel, TaskInfo
-
     infos = {
         name: TaskInfo(task.task_type, task.label_names, task.task_type.config)
         for name, task in tasks.items()
@@ -204,8 +202,6 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
 
 def run(options: dict[str, Any]) -> None:
     import torch
-
-    from mtl.inference.export import is_export, load_model, run_folder
 
     out_path = options["output"]
     model = Path(options["model"]).expanduser()
@@ -257,8 +253,6 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        from mtl.inference.export import quiet
-
         quiet()
         run(parse_args(args))
     except MtlError as err:
