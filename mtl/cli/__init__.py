@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from mtl.artifacts import config_dir
+from mtl.cli.argv import continue_in_place
 from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
 from mtl.errors import MtlError
@@ -82,6 +83,7 @@ def train() -> None:
     if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
         sys.path.insert(0, os.getcwd())
     register_configs()
+    sys.argv[1:] = continue_in_place(sys.argv[1:])
     try:
         start_launch()
         _train()

@@ -1,0 +1,75 @@
+"""`trainer.resume=<run>` continues the run in its own folder: the command a user types after a
+preemption, with no other flag, gives one run folder and one metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtl.cli.argv import continue_in_place
+
+ROOT = Path(__file__).resolve().parents[2]
+MTL_TRAIN = [sys.executable, "-c", "import sys; from mtl.cli import train; sys.exit(train())"]
+
+
+def make_run(folder: Path) -> Path:
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (folder / "checkpoints" / "step_0000002").mkdir(parents=True)
+    return folder
+
+
+def test_a_run_its_checkpoints_and_one_checkpoint_all_continue_in_the_run_folder(tmp_path):
+    run = make_run(tmp_path / "run")
+    for given in (run, run / "checkpoints", run / "checkpoints" / "step_0000002"):
+        argv = ["task=[a]", f"trainer.resume={given}"]
+        assert continue_in_place(argv) == [
+            *argv,
+            f"hydra.run.dir={run}",
+            "hydra.output_subdir=null",
+        ]
+
+
+@pytest.mark.parametrize(
+    "named",
+    [["output_dir=/elsewhere"], ["hydra.run.dir=/elsewhere"], ["-m"], ["--multirun"]],
+)
+def test_a_command_that_names_the_folder_or_sweeps_is_left_as_it_is(tmp_path, named):
+    run = make_run(tmp_path / "run")
+    argv = [f"trainer.resume={run}", *named]
+    assert continue_in_place(argv) == argv
+
+
+def test_a_folder_that_is_not_a_run_is_left_to_the_resume_check(tmp_path):
+    argv = [f"trainer.resume={tmp_path}"]
+    assert continue_in_place(argv) == argv
+    assert continue_in_place(["task=[a]"]) == ["task=[a]"]
+
+
+@pytest.mark.slow
+def test_resume_as_typed_continues_the_same_run_folder(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+    common = ["model=tiny", "debug=fast", "task=[synthetic_cls]", "trainer.progress_bar=false"]
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [*MTL_TRAIN, *common, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    train("trainer.max_steps=2")
+    (run,) = (tmp_path / "outputs" / "runs").glob("*/*")
+    config = (run / ".hydra" / "config.yaml").read_text()
+    resumed = train("trainer.max_steps=4", f"trainer.resume={run}")
+    assert f"run folder {run} (resuming at step 2)" in resumed.stderr
+    assert list((tmp_path / "outputs" / "runs").glob("*/*")) == [run]  # no second folder
+    assert (run / ".hydra" / "config.yaml").read_text() == config  # trained-with config kept
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").open()]
+    losses = [s for s, line in zip(steps, (run / "metrics.jsonl").open()) if '"loss"' in line]
+    assert losses == [1, 2, 3, 4]
