@@ -1,8 +1,8 @@
 """Time per collate of one batch (32 examples, lengths lognormal with mean ~60, max 256).
 
 Rows (sequence classification, pad id 0; all produce input_ids + attention_mask + labels):
-- `mtl_packed`: `mtl.batching.collators.make_collator` on a `PackedRows` (the rows end to end, what
-  the training datasets' `__getitems__` hands the DataLoader);
+- `mtl_packed`: `mtl.batching.TaskCollator` (sequence classification's) on a `PackedRows` (the
+  rows end to end, what the training datasets' `__getitems__` hands the DataLoader);
 - `mtl_dicts`: the same collator on a list of per-example dicts (it packs them first);
 - `naive_pad_sequence`: one tensor per example, then `torch.nn.utils.rnn.pad_sequence` for ids
   and mask, `torch.tensor` for labels (the reference to beat by >= 10x);
@@ -26,7 +26,7 @@ import torch
 from harness import best_of, emit, parser, table
 from torch.nn.utils.rnn import pad_sequence
 
-from mtl.batching.collators import PackedRows, make_collator
+from mtl.batching import PackedRows, TaskCollator
 
 BATCH_SIZE = 32
 
@@ -78,7 +78,7 @@ def collators(batches: list[list[dict[str, Any]]]) -> tuple[dict, list[str]]:
           "labels": e["labels"]} for e in b]
         for b in batches
     ]  # fmt: skip
-    collate = make_collator("sequence_classification", "bench", pad_token_id=0)
+    collate = TaskCollator("bench", pad_token_id=0)
     rows: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
         "mtl_packed": (collate, packed),
         "mtl_dicts": (collate, batches),

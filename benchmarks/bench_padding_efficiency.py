@@ -95,15 +95,13 @@ def peer_rows(batch_size: int, seed: int) -> tuple[dict[str, Batches], list[str]
 
 
 def pydoc_lengths() -> np.ndarray:
-    from mtl.data import build_task, load_tokenizer
+    from mtl.config import TaskConfig
+    from mtl.data import build_task_from_config, load_tokenizer
 
-    task = build_task(
-        "pydoc_topic",
-        type="sequence_classification",
-        source={"bundled": "pydoc_topic"},
-        tokenizer=load_tokenizer(),
-        max_length=256,
+    config = TaskConfig(
+        type="sequence_classification", source={"bundled": "pydoc_topic"}, max_length=256
     )
+    task = build_task_from_config("pydoc_topic", config, load_tokenizer())
     return np.asarray(task.train["length"])
 
 

@@ -16,52 +16,13 @@ with one vectorized assignment (no per-example tensors).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from mtl.batching.rows import IGNORE_INDEX, PackedRows
 from mtl.errors import MtlError
-
-IGNORE_INDEX = -100
-
-
-@dataclass
-class PackedRows:
-    """A batch of unpadded rows stored end to end: what `TokenizedSplit.__getitems__` returns.
-
-    `input_ids` (and `token_type_ids`, if any) hold all tokens of the batch, row after row;
-    `labels` holds one value per row, or for token classification one per token like `input_ids`.
-    """
-
-    input_ids: np.ndarray
-    lengths: np.ndarray
-    labels: np.ndarray
-    example_ids: np.ndarray
-    token_type_ids: np.ndarray | None = None
-
-    @classmethod
-    def from_examples(cls, examples: Sequence[Mapping[str, Any]]) -> PackedRows:
-        """Pack per-example dicts (`input_ids`, `labels`, `example_id`, opt. `token_type_ids`)."""
-        if not examples:
-            raise MtlError("cannot collate an empty batch; the sampler yielded no indices")
-        token_labels = np.ndim(examples[0]["labels"]) > 0
-        return cls(
-            input_ids=np.concatenate([np.asarray(e["input_ids"]) for e in examples]),
-            lengths=np.array([len(e["input_ids"]) for e in examples], dtype=np.int64),
-            labels=(
-                np.concatenate([np.asarray(e["labels"]) for e in examples])
-                if token_labels
-                else np.array([e["labels"] for e in examples])
-            ),
-            example_ids=np.array([e["example_id"] for e in examples], dtype=np.int64),
-            token_type_ids=(
-                np.concatenate([np.asarray(e["token_type_ids"]) for e in examples])
-                if "token_type_ids" in examples[0]
-                else None
-            ),
-        )
 
 
 class TaskCollator:
@@ -132,22 +93,3 @@ class TaskCollator:
             f"token_labels={self.token_labels})"
         )
 
-
-def make_collator(
-    task_type: str,
-    task_name: str,
-    *,
-    pad_token_id: int,
-    pad_to_multiple_of: int | None = None,
-) -> TaskCollator:
-    """The collator for one task of a task type (a built-in name or an import path)."""
-    from mtl.task_types import task_type_class
-
-    cls = task_type_class(task_type, task_name)
-    return TaskCollator(
-        task_name,
-        pad_token_id=pad_token_id,
-        pad_to_multiple_of=pad_to_multiple_of,
-        label_dtype=cls.label_dtype,
-        token_labels=cls.token_labels,
-    )

@@ -33,9 +33,12 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from mtl.artifacts import config_dir
 from mtl.cli.argv import continue_in_place
+from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
 from mtl.errors import MtlError
+from mtl.reporting.sweep import JobFailed
 from mtl.training import runlock
+from mtl.training.distributed import start_launch
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made
@@ -75,10 +78,6 @@ def _train(cfg: DictConfig) -> float | None:
 def train() -> None:
     """`mtl-train [overrides]`: start the launch, then Hydra; a config that does not compose is
     reported in one line (status 2)."""
-    from mtl.config import register_configs
-    from mtl.reporting.sweep import JobFailed
-    from mtl.training.distributed import start_launch
-
     global _in_job
     _in_job = False  # a call after one whose job failed (in-process use) composes afresh
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
@@ -200,7 +199,7 @@ def _missing_option(err: MissingConfigException) -> str:
     plugin = next((pkg for path, pkg in PLUGINS.items() if missing.startswith(path)), None)
     if plugin:
         return f"{missing} comes with a Hydra plugin that is not installed; pip install {plugin}"
-    repo = _repository(sources)
+    folders = _searched_folders(sources)
     parts = missing.split("/")
     named = re.search(r"Available options in '([^']+)'", text)
     group = (
@@ -210,35 +209,36 @@ def _missing_option(err: MissingConfigException) -> str:
             (
                 "/".join(parts[:i])
                 for i in range(1, len(parts))
-                if repo.group_exists("/".join(parts[:i]))
+                if any((folder / "/".join(parts[:i])).is_dir() for folder in folders)
             ),
             "/".join(parts[:-1]),
         )
     )
     option = missing[len(group) + 1 :]
-    options = _group_options(repo, group) if repo.group_exists(group) else []
+    options = _group_options(folders, group)
     choices = f"choose from {', '.join(options)}, or " if options else ""
     return f"unknown {group} '{option}'; {choices}add conf/{missing}.yaml"
 
 
-def _repository(sources: list[tuple[str, str]]):  # noqa: ANN202 (Hydra's internal type)
-    from hydra._internal.config_repository import ConfigRepository
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+def _searched_folders(sources: list[tuple[str, str]]) -> list[Path]:
+    """mtl's own config folder and the `file://` folders of the search path Hydra reported
+    (user folders: `--config-dir`, `hydra.searchpath`)."""
+    folders = [config_dir()]
+    folders += [
+        Path(path.removeprefix("file://")) for _, path in sources if path.startswith("file://")
+    ]
+    return list(dict.fromkeys(folder.resolve() for folder in folders))
 
-    search_path = ConfigSearchPathImpl()
-    for provider, path in sources:
-        search_path.append(provider, path)
-    return ConfigRepository(config_search_path=search_path)
 
-
-def _group_options(repo, group: str, prefix: str = "") -> list[str]:  # noqa: ANN001
-    """The options of a group, those in its sub-folders as `sub/name`."""
-    from hydra.core.object_type import ObjectType
-
-    options = [prefix + name for name in repo.get_group_options(group, ObjectType.CONFIG)]
-    for sub in repo.get_group_options(group, ObjectType.GROUP):
-        options += _group_options(repo, f"{group}/{sub}", f"{prefix}{sub}/")
-    return sorted(options)
+def _group_options(folders: list[Path], group: str) -> list[str]:
+    """The options of a group in `folders`, those in its sub-folders as `sub/name`."""
+    return sorted(
+        {
+            path.relative_to(folder / group).with_suffix("").as_posix()
+            for folder in folders
+            for path in (folder / group).rglob("*.yaml")
+        }
+    )
 
 
 def _known_keys(cause: OmegaConfBaseException, key: str, hydra_message: str) -> str:

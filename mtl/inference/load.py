@@ -14,8 +14,12 @@ from typing import Any
 from torch import nn
 
 from mtl.artifacts import HEADS_FILE, TASKS_FILE
+from mtl.config import TaskConfig
+from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
+from mtl.models import MultiTaskModel
+from mtl.task_types import task_type_class
 
 FORMAT = 1
 
@@ -42,11 +46,6 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
     """The model of an export folder (eval mode). Its `mtl_tasks.json` is read as data: a task
     type, head or metric that is not mtl's own is refused unless `trust_custom_code`."""
     from safetensors.torch import load_file
-
-    from mtl.config import TaskConfig
-    from mtl.data.tokenizer import load_tokenizer
-    from mtl.models import MultiTaskModel
-    from mtl.task_types import task_type_class
 
     folder = Path(path)
     try:

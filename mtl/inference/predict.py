@@ -25,7 +25,9 @@ import numpy as np
 
 from mtl.artifacts import check_target, is_export
 from mtl.errors import MtlError
+from mtl.inference.export import LoadedModel, TaskInfo, load_model, quiet, run_folder
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
+from mtl.training.evaluate import to_device
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
@@ -66,9 +68,6 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     return options
 
 
-# -- files ----------------------------------------------------------------------------------------
-
-
 # -- prediction -----------------------------------------------------------------------------------
 
 
@@ -86,18 +85,12 @@ def predict_task(
     """{"prediction", ("score")} of every row for task `name`, in row order.
 
     `sort`: batches of rows of similar length (longest first), else in input order."""
-    import torch
-    from datasets import Dataset
-
-    from mtl.training.evaluate import to_device
-
     if name not in loaded.tasks:
         raise MtlError(
             f"task={name}: the model was not trained on it; choose from {', '.join(loaded.tasks)}"
         )
     info = loaded.tasks[name]
-    task_type = info.task_type
-    columns = task_type.input_columns()
+    columns = info.task_type.input_columns()
     for number, row in enumerate(rows, 1):
         missing = [c for c in columns if c not in row]
         if missing:
@@ -107,28 +100,64 @@ def predict_task(
             )
     if not rows:
         return []
+    encoded = _encode(loaded, name, rows, from_csv)
+    lengths = np.asarray(encoded["length"])
+    order = np.argsort(-lengths, kind="stable") if sort else np.arange(len(lengths))
+    batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+    outputs = _model_outputs(loaded, name, encoded, batches, device, progress)
+    windows: dict[int, list[int]] = {}  # source row -> its model rows
+    for index, example in enumerate(encoded["example_id"]):
+        windows.setdefault(example, []).append(index)
+    keys = list(encoded)
+    results = []
+    for number, row in enumerate(rows):
+        model_rows = windows.get(number, [])
+        results.append(
+            info.task_type.readable(
+                [outputs[i] for i in model_rows],
+                info.label_names,
+                {c: cell(row[c]) if from_csv else row[c] for c in row},
+                [{k: encoded[k][i] for k in keys} for i in model_rows],
+            )
+        )
+    return results
+
+
+def _encode(loaded, name: str, rows: list[dict], from_csv: bool) -> dict[str, list]:
+    """The model rows (columns -> values) of `rows` for task `name`, encoded `CHUNK` at a time;
+    `example_id` is each model row's source row."""
+    info = loaded.tasks[name]
+    columns = info.task_type.input_columns()
     where = f"task {name!r}, input"
     encoded: dict[str, list] = {}
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
         values = {c: [cell(r[c]) if from_csv else r[c] for r in part] for c in columns}
-        out = task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
+        out = info.task_type.encode_inputs(values, loaded.tokenizer, info.label_names, where)
         ids = out.get("example_id", range(len(part)))
         out["example_id"] = [start + int(i) for i in ids]
         for key, value in out.items():
             encoded.setdefault(key, []).extend(value)
+    return encoded
+
+
+def _model_outputs(
+    loaded, name: str, encoded: dict[str, list], batches: list[list[int]], device, progress: bool
+) -> list[Any]:
+    """The task type's output for every model row, run through the model in `batches`."""
+    import torch
+    from datasets import Dataset
+
+    task_type = loaded.tasks[name].task_type
     data = task_type.dataset(Dataset.from_dict(encoded))
     collate = task_type.collator(loaded.tokenizer.pad_token_id)
-    lengths = np.asarray(encoded["length"])
-    order = np.argsort(-lengths, kind="stable") if sort else np.arange(len(lengths))
-    batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
     device = device or next(loaded.model.parameters()).device
-    outputs: list[Any] = [None] * len(lengths)
+    outputs: list[Any] = [None] * len(encoded["length"])
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(lengths), desc=f"predict {name}", unit="row", file=sys.stderr)
+        bar = tqdm(total=len(outputs), desc=f"predict {name}", unit="row", file=sys.stderr)
     with torch.inference_mode():
         for indices in batches:
             batch = to_device(collate(data.__getitems__(indices)), device)
@@ -140,22 +169,7 @@ def predict_task(
                 bar.update(len(indices))
     if bar is not None:
         bar.close()
-    windows: dict[int, list[int]] = {}
-    for index, example in enumerate(encoded["example_id"]):
-        windows.setdefault(example, []).append(index)
-    keys = list(encoded)
-    results = []
-    for number, row in enumerate(rows):
-        model_rows = windows.get(number, [])
-        results.append(
-            task_type.readable(
-                [outputs[i] for i in model_rows],
-                info.label_names,
-                {c: cell(row[c]) if from_csv else row[c] for c in row},
-                [{k: encoded[k][i] for k in keys} for i in model_rows],
-            )
-        )
-    return results
+    return outputs
 
 
 def predict_rows(loaded, tasks: list[str], rows: list[dict], **options) -> list[dict]:
@@ -179,8 +193,6 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
     """`<run>/predictions/<task>.<split>.jsonl` for every split a task holds without labels
     (`Task.inputs`, a test split): each source row with `prediction` (and `score`), as
     mtl-predict writes them. Returns the files written."""
-    from mtl.inference.export import LoadedModel, TaskInfo
-
     infos = {
         name: TaskInfo(task.task_type, task.label_names, task.task_type.config)
         for name, task in tasks.items()
@@ -204,8 +216,6 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
 
 def run(options: dict[str, Any]) -> None:
     import torch
-
-    from mtl.inference.export import load_model, run_folder
 
     out_path = options["output"]
     model = Path(options["model"]).expanduser()
@@ -257,8 +267,6 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        from mtl.inference.export import quiet
-
         quiet()
         run(parse_args(args))
     except MtlError as err:

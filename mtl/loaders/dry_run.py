@@ -15,8 +15,21 @@ import sys
 from typing import Any
 
 import yaml
+from hydra.utils import get_class
 
+from mtl.artifacts import config_dir
 from mtl.errors import MtlError
+
+
+def _loader_class(name: str) -> type:
+    """The class `loader=<name>` selects: the `_target_` of mtl's `conf/loader/<name>.yaml`
+    (the group's folder listing is the list of names)."""
+    folder = config_dir() / "loader"
+    names = sorted(path.stem for path in folder.glob("*.yaml"))
+    if name not in names:
+        raise MtlError(f"loader: unknown name {name!r}; use one of {', '.join(names)}")
+    with open(folder / f"{name}.yaml") as file:
+        return get_class(yaml.safe_load(file)["_target_"])
 
 
 def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any) -> str:
@@ -26,12 +39,10 @@ def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any)
     loader's own schedule: steps, then per task its batches, share of batches and passes over
     its data (batches / batches per pass; above 1 means it restarts with a fresh shuffle).
     """
-    from mtl.loaders import loader_class  # here: mtl.loaders imports this module
-
     for task, n in sizes.items():
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise MtlError(f"task {task!r}: size {n!r}; give its number of batches as an int")
-    loader = loader_class(name)({task: range(n) for task, n in sizes.items()}, **options)
+    loader = _loader_class(name)({task: range(n) for task, n in sizes.items()}, **options)
     loader.set_epoch(epoch)
     counts = loader.task_counts(loader.schedule(epoch))
     total = int(counts.sum())

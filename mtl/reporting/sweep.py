@@ -23,6 +23,7 @@ inside a multirun, so the other jobs run on and the row carries the error.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -31,6 +32,7 @@ import math
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +101,12 @@ class SweepSummary(Callback):
             "returned": None,
             "wall_s": time.time() - self._started if self._started else None,
         }
-        value = job_return._return_value  # the property raises (and prints) for a failed job
         if job_return.status == JobStatus.FAILED:
-            record["error"] = first_line(value)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            record["returned"] = float(value)
+            record["error"] = first_line(_job_error(job_return))
+        else:
+            value = job_return.return_value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                record["returned"] = float(value)
         job_dir = Path(config.hydra.runtime.output_dir)  # absolute, whatever the job's cwd
         if job_return.status == JobStatus.COMPLETED and not (job_dir / "results.json").is_file():
             # mtl stopped by SIGTERM/SIGUSR1 returns normally, with a checkpoint and no results
@@ -118,6 +121,17 @@ class SweepSummary(Callback):
         if sweep_dir.is_dir() and env_rank() == 0:
             path = write_summary(sweep_dir, self.filename)
             log.info(f"Sweep summary: {path}")
+
+
+def _job_error(job_return: JobReturn) -> BaseException:
+    """A failed job's exception: `JobReturn.return_value` raises it (after a line on stderr that
+    Hydra prints again at the end of the multirun, so not here)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            job_return.return_value  # noqa: B018 (the property raises)
+    except Exception as err:  # the job's own exception, whatever its type
+        return err
+    raise AssertionError("a FAILED job without an exception")
 
 
 def first_line(err: BaseException | object) -> str:
@@ -171,33 +185,16 @@ def job_row(folder: Path) -> dict[str, Any]:
             .get("job", {})
             .get("num")
         )
-    trainer = (config or {}).get("trainer") or {}
-    monitor = results.get("monitor")
-    name = monitor if isinstance(monitor, str) else trainer.get("monitor") or DEFAULT_MONITOR
-    mode = results.get("monitor_mode") or trainer.get("monitor_mode") or "max"
-    best = results.get("best") if isinstance(results.get("best"), dict) else None
-    figures = best if best is not None else results
-    metrics = task_metrics(config or {}, figures)
-    value = None
-    if best is not None and name in best:
-        value = best[name]
-    elif _is_number(monitor):
-        value = monitor
-    elif record.get("returned") is not None:
-        value = record["returned"]
-    elif name in results:
-        value = results[name]
-    elif name == DEFAULT_MONITOR and metrics and all(_is_number(v) for v in metrics.values()):
-        value = sum(metrics.values()) / len(metrics)  # eval/mean: the mean of the main metrics
+    found = monitored(results, config, returned=record.get("returned"))
     windows = [w for w in _read_jsonl(folder / "metrics.jsonl") if "tokens_per_s" in w]
     return {
         "job": job,
         "status": record.get("status", "STARTED"),
         "best": False,
-        "monitor": value,
-        "monitor_name": name,
-        "monitor_mode": mode,
-        "metrics": metrics,
+        "monitor": found.value,
+        "monitor_name": found.name,
+        "monitor_mode": found.mode,
+        "metrics": task_metrics(config or {}, found.figures),
         "steps": results.get("step"),
         "wall_s": record.get("wall_s"),
         "tokens_per_s": _median(w["tokens_per_s"] for w in windows),
@@ -209,11 +206,53 @@ def job_row(folder: Path) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Monitored:
+    """A job's monitored value: `value` (None: not known yet) of the metric `name`, better when
+    higher under `mode` "max", lower under "min"; `what` says where it comes from and `figures`
+    are the dev figures it belongs to (the best evaluation's, else the last one's)."""
+
+    value: float | None
+    name: str
+    mode: str
+    what: str
+    figures: dict[str, Any]
+
+
+def monitored(
+    results: dict[str, Any], config: dict | None = None, *, returned: float | None = None
+) -> Monitored:
+    """The monitored value of a job from its `results.json` (for a job still running: the
+    figures of its last evaluation) and its `.hydra/config.yaml`: `trainer.monitor` at the best
+    evaluation; else the value the job returned; else the monitor at the last evaluation; else,
+    for `eval/mean`, the mean of each task's main dev metric (`task_metrics`)."""
+    trainer = (config or {}).get("trainer") or {}
+    monitor = results.get("monitor")
+    name = monitor if isinstance(monitor, str) else trainer.get("monitor") or DEFAULT_MONITOR
+    mode = results.get("monitor_mode") or trainer.get("monitor_mode") or "max"
+    best = results.get("best") if isinstance(results.get("best"), dict) else None
+    figures = best if best is not None else results
+    if best is not None and _is_number(best.get(name)):
+        return Monitored(best[name], name, mode, f"{name} (best)", figures)
+    if _is_number(returned):
+        return Monitored(returned, name, mode, f"{name} (returned by the job)", figures)
+    if _is_number(results.get(name)):
+        return Monitored(results[name], name, mode, f"{name} (last evaluation)", figures)
+    metrics = task_metrics(config or {}, figures)
+    if name == DEFAULT_MONITOR and metrics and all(_is_number(v) for v in metrics.values()):
+        value = sum(metrics.values()) / len(metrics)  # eval/mean: the mean of the main metrics
+        return Monitored(value, name, mode, "mean of each task's main dev metric", figures)
+    return Monitored(None, name, mode, "no evaluation yet", figures)
+
+
 def task_metrics(config: dict, figures: dict) -> dict[str, float | None]:
     """`{"<task>/<metric>": value}` for each task of the job, its main metric: the first of the
-    task's `metrics` in the config, else the first `eval/<task>/` key of the figures."""
+    task's `metrics` in the config, else the first `eval/<task>/` key of the figures. Without a
+    config, the tasks are those the figures name."""
+    named = [k.split("/")[1] for k in figures if k.startswith("eval/") and k.count("/") == 2]
+    tasks = config.get("task") or dict.fromkeys(named)
     out: dict[str, float | None] = {}
-    for task, settings in (config.get("task") or {}).items():
+    for task, settings in tasks.items():
         listed = (settings or {}).get("metrics") or []
         metric = listed[0] if listed else None
         if metric is None:

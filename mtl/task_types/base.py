@@ -16,9 +16,9 @@ import torch
 from hydra.utils import get_method, instantiate
 from torch import nn
 
+from mtl.batching import TaskCollator, TokenizedSplit
 from mtl.errors import MtlError
 
-IGNORE_INDEX = -100
 Metric = Callable[[Any, Any], float]
 
 
@@ -69,16 +69,12 @@ class TaskType:
 
     def dataset(self, split):
         """The torch dataset the samplers index over an encoded split (rows with
-        `__getitems__`); by default `mtl.data.TokenizedSplit`."""
-        from mtl.data.loading import TokenizedSplit
-
+        `__getitems__`); by default `mtl.batching.TokenizedSplit`."""
         return TokenizedSplit(split)
 
     def collator(self, pad_token_id: int, pad_to_multiple_of: int | None = None):
-        """Pads this task's rows into a batch (`mtl.data.TaskCollator` by default). A batch has
-        `input_ids`, `attention_mask`, `labels`, `task`, `example_ids`, `num_tokens`."""
-        from mtl.batching.collators import TaskCollator
-
+        """Pads this task's rows into a batch (`mtl.batching.TaskCollator` by default). A batch
+        has `input_ids`, `attention_mask`, `labels`, `task`, `example_ids`, `num_tokens`."""
         return TaskCollator(
             self.name,
             pad_token_id=pad_token_id,

@@ -19,11 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 from torch.nn import functional as F
 from torch.utils.data import Dataset as TorchDataset
 
+from mtl.batching import (
+    PackedRows,
+    TaskCollator,
+    TokenizedSplit,
+    arrow_table,
+    flat_list_column,
+)
 from mtl.errors import MtlError
 from mtl.models.heads import PooledHead
 from mtl.task_types import metrics
@@ -98,19 +104,15 @@ class ChoiceRows:
 
 
 class ChoiceSplit(TorchDataset):
-    """An encoded multiple-choice split as numpy arrays: a `mtl.data.TokenizedSplit` plus each
+    """An encoded multiple-choice split as numpy arrays: a `mtl.batching.TokenizedSplit` plus each
     example's `choice_lengths`. Item i: {"input_ids", "choice_lengths", "labels", "example_id",
     ("token_type_ids")}; `__getitems__` gives a `ChoiceRows`."""
 
     def __init__(self, ds) -> None:
-        from mtl.data import TokenizedSplit  # mtl.data imports the task types
-
-        if ds._indices is not None:  # a select()/shuffle() view: materialize the row order
-            ds = ds.flatten_indices()
-        self.split = TokenizedSplit(ds)
-        column: pa.ListArray = ds.data.column("choice_lengths").combine_chunks()
-        self.choice_lengths = column.values.to_numpy(zero_copy_only=False).astype(np.int64)
-        self.choice_offsets = column.offsets.to_numpy().astype(np.int64)
+        table = arrow_table(ds)
+        self.split = TokenizedSplit(table)
+        lengths, self.choice_offsets = flat_list_column(table, "choice_lengths")
+        self.choice_lengths = lengths.astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.split)
@@ -140,7 +142,7 @@ class ChoiceSplit(TorchDataset):
 
 class ChoiceCollator:
     """Pads a batch of multiple-choice examples: one row per choice (see the module docstring),
-    padded by a `mtl.data.TaskCollator`.
+    padded by a `mtl.batching.TaskCollator`.
 
     Output: {"input_ids"/"attention_mask"/("token_type_ids"): Long[B * C, T], "labels": Long[B]
     (the right choice), "task", "example_ids": Long[B * C] (each row's example, so that mixed
@@ -150,16 +152,12 @@ class ChoiceCollator:
     def __init__(
         self, task_name: str, *, pad_token_id: int, pad_to_multiple_of: int | None = None
     ) -> None:
-        from mtl.data import TaskCollator  # mtl.data imports the task types
-
         self.task_name = task_name
         self.pad = TaskCollator(
             task_name, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of
         )
 
     def __call__(self, examples: ChoiceRows | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        from mtl.batching.collators import PackedRows
-
         rows = examples if isinstance(examples, ChoiceRows) else ChoiceRows.from_examples(examples)
         n, width = len(rows.num_choices), int(rows.num_choices.max())
         # Example b's choice j goes to row b * width + j; the rest stay empty.

@@ -33,11 +33,7 @@ def multi_hot_split(data):
     """A `TokenizedSplit` whose list-typed labels hold one multi-hot row [K] per example (not
     one label per token), changed in place so that `labels[i]` is Float[K] and a batch's
     labels are Float[B, K]."""
-    offsets = data.label_offsets
-    width = int(offsets[1] - offsets[0]) if len(offsets) > 1 else 0
-    data.labels = data.labels.reshape(len(offsets) - 1, width).astype(np.float32)
-    data.token_labels = False
-    return data
+    return data.row_labels(np.float32)
 
 
 class MultiLabelCollator:

@@ -128,11 +128,7 @@ class QuestionAnswering(TaskType):
 
     def dataset(self, split):
         """The default rows, with labels Int[2] (start, end) per row instead of per token."""
-        rows = super().dataset(split)
-        # TokenizedSplit reads a list column of labels as token labels: take the pairs back.
-        rows.labels = rows.labels[rows.label_offsets[:-1, None] + np.arange(2)]
-        rows.token_labels = False
-        return rows
+        return super().dataset(split).row_labels()
 
     def collator(self, pad_token_id: int, pad_to_multiple_of: int | None = None):
         return PairLabels(super().collator(pad_token_id, pad_to_multiple_of))

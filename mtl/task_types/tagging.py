@@ -7,10 +7,11 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
 from mtl.models.heads import TokenClassificationHead
 from mtl.task_types import metrics
-from mtl.task_types.base import IGNORE_INDEX, TaskType, label_id, names_from_values, softmax
+from mtl.task_types.base import TaskType, label_id, names_from_values, softmax
 
 
 def is_bio(tags: Iterable[str]) -> bool:

@@ -4,9 +4,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtl.batching.collators import PackedRows
-from mtl.data import make_collator
+from mtl.batching import IGNORE_INDEX, PackedRows
+from mtl.config import TaskConfig
 from mtl.errors import MtlError
+from mtl.task_types import task_type_class
+
+
+def task_collator(task_type, task_name, *, pad_token_id, pad_to_multiple_of=None):
+    """The collator training uses for one task of `task_type`: its task type's own."""
+    config = TaskConfig(type=task_type, source={})
+    task = task_type_class(task_type, task_name)(task_name, config)
+    return task.collator(pad_token_id, pad_to_multiple_of)
 
 
 def examples(lengths, token_labels=False, regression=False):
@@ -24,7 +32,7 @@ def examples(lengths, token_labels=False, regression=False):
 
 
 def test_sequence_classification_pads_to_batch_max():
-    batch = make_collator("sequence_classification", "sst", pad_token_id=0)(examples([3, 5, 2]))
+    batch = task_collator("sequence_classification", "sst", pad_token_id=0)(examples([3, 5, 2]))
     assert batch["input_ids"].shape == (3, 5)
     assert batch["input_ids"].dtype == batch["attention_mask"].dtype == torch.long
     assert batch["input_ids"][0].tolist() == [100, 101, 102, 0, 0]
@@ -36,7 +44,7 @@ def test_sequence_classification_pads_to_batch_max():
 
 
 def test_pad_to_multiple_of_and_pad_token():
-    collate = make_collator("regression", "stsb", pad_token_id=9, pad_to_multiple_of=8)
+    collate = task_collator("regression", "stsb", pad_token_id=9, pad_to_multiple_of=8)
     batch = collate(examples([3, 9], regression=True))
     assert batch["input_ids"].shape == (2, 16)
     assert batch["input_ids"][0, 3:].eq(9).all()
@@ -44,7 +52,7 @@ def test_pad_to_multiple_of_and_pad_token():
 
 
 def test_token_labels_padded_with_ignore_index():
-    batch = make_collator("token_classification", "ner", pad_token_id=0)(
+    batch = task_collator("token_classification", "ner", pad_token_id=0)(
         examples([4, 6], token_labels=True)
     )
     assert batch["labels"].shape == batch["input_ids"].shape == (2, 6)
@@ -56,17 +64,17 @@ def test_token_type_ids_kept_when_present():
     rows = examples([2, 3])
     for row in rows:
         row["token_type_ids"] = [1] * len(row["input_ids"])
-    batch = make_collator("sequence_classification", "t", pad_token_id=0)(rows)
+    batch = task_collator("sequence_classification", "t", pad_token_id=0)(rows)
     assert batch["token_type_ids"].tolist() == [[1, 1, 0], [1, 1, 1]]
 
 
 def test_bad_arguments_raise():
     with pytest.raises(MtlError, match="task.x.type='ranking' is not a task type"):
-        make_collator("ranking", "x", pad_token_id=0)
+        task_collator("ranking", "x", pad_token_id=0)
     with pytest.raises(MtlError, match="pad_to_multiple_of"):
-        make_collator("regression", "x", pad_token_id=0, pad_to_multiple_of=0)
+        task_collator("regression", "x", pad_token_id=0, pad_to_multiple_of=0)
     with pytest.raises(MtlError, match="empty batch"):
-        make_collator("regression", "x", pad_token_id=0)([])
+        task_collator("regression", "x", pad_token_id=0)([])
 
 
 @settings(max_examples=50, deadline=None)
@@ -75,7 +83,7 @@ def test_bad_arguments_raise():
     multiple=st.sampled_from([None, 1, 8]),
 )
 def test_packed_rows_and_dicts_give_the_same_batch(lengths, multiple):
-    collate = make_collator(
+    collate = task_collator(
         "token_classification", "t", pad_token_id=0, pad_to_multiple_of=multiple
     )
     rows = examples(lengths, token_labels=True)
@@ -100,4 +108,4 @@ def test_packed_rows_and_dicts_give_the_same_batch(lengths, multiple):
         assert batch["num_tokens"] == int(batch["attention_mask"].sum()) == sum(lengths)
     for row, n in enumerate(lengths):
         assert from_dicts["input_ids"][row, :n].tolist() == rows[row]["input_ids"]
-        assert from_dicts["labels"][row, n:].eq(-100).all()
+        assert from_dicts["labels"][row, n:].eq(IGNORE_INDEX).all()

@@ -7,17 +7,27 @@ import pytest
 import yaml
 from datasets import disable_progress_bars
 
-from mtl.data import BUNDLED_TASKS, TOPIC_CLASSES, build_task, load_tokenizer, pydoc_paragraphs
+from mtl.config import TaskConfig
+from mtl.data import (
+    BUNDLED_TASKS,
+    TOPIC_CLASSES,
+    build_task_from_config,
+    load_tokenizer,
+    pydoc_paragraphs,
+)
 from mtl.data.bundled import bundled_rows, code_words
 from mtl.errors import MtlError
 
 disable_progress_bars()
 
 
-def build(name, **kwargs):
+def build(name, seed=0, max_examples=None, **kwargs):
     task_type = BUNDLED_TASKS[name][0]
     source = {"bundled": name, **kwargs.pop("source", {})}
-    return build_task(name, type=task_type, source=source, tokenizer=load_tokenizer(), **kwargs)
+    config = TaskConfig(type=task_type, source=source, **kwargs)
+    return build_task_from_config(
+        name, config, load_tokenizer(), seed=seed, max_examples=max_examples
+    )
 
 
 PAIR_TASKS = ("pydoc_pair", "synthetic_pair")
@@ -106,11 +116,11 @@ def test_synthetic_size_option_and_seed():
 
 def test_unknown_bundled_name_and_wrong_type_raise():
     with pytest.raises(MtlError, match="unknown bundled task 'nope'"):
-        build_task("t", type="regression", source={"bundled": "nope"}, tokenizer=load_tokenizer())
+        config = TaskConfig(type="regression", source={"bundled": "nope"})
+        build_task_from_config("t", config, load_tokenizer())
     with pytest.raises(MtlError, match="task 't'"):  # pydoc_code's tags are not numbers
-        build_task(
-            "t", type="regression", source={"bundled": "pydoc_code"}, tokenizer=load_tokenizer()
-        )
+        config = TaskConfig(type="regression", source={"bundled": "pydoc_code"})
+        build_task_from_config("t", config, load_tokenizer())
 
 
 # Pair, multiple-choice and QA tasks: their rows only (their task types encode them).

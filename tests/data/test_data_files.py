@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from datasets import disable_progress_bars
 
-from mtl.data import build_task, load_tokenizer
+from mtl.config import TaskConfig
+from mtl.data import build_task_from_config, load_tokenizer
 from mtl.errors import MtlError
 
 disable_progress_bars()
@@ -39,7 +40,8 @@ def write(path, rows):
 
 
 def build(name, source, type="sequence_classification", **kwargs):
-    return build_task(name, type=type, source=source, tokenizer=load_tokenizer(), **kwargs)
+    config = TaskConfig(type=type, source=source, **kwargs)
+    return build_task_from_config(name, config, load_tokenizer())
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])

@@ -3,9 +3,16 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from datasets import disable_progress_bars
+from datasets import Dataset, disable_progress_bars
 
-from mtl.data import TokenizedSplit, build_task, load_tokenizer, task_dataset, task_loader
+from mtl.config import TaskConfig
+from mtl.data import (
+    TokenizedSplit,
+    build_task_from_config,
+    load_tokenizer,
+    task_dataset,
+    task_loader,
+)
 from mtl.errors import MtlError
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
 
@@ -26,8 +33,8 @@ def make_task_loader(task, split="train", *, batch_size, sampler="random", sort_
 def tasks():
     tokenizer = load_tokenizer()
     return {
-        kind: build_task(
-            name, type=kind, source={"bundled": name, "size": 150}, tokenizer=tokenizer, seed=2
+        kind: build_task_from_config(
+            name, TaskConfig(type=kind, source={"bundled": name, "size": 150}), tokenizer, seed=2
         )
         for name, kind in [
             ("synthetic_cls", "sequence_classification"),
@@ -103,3 +110,32 @@ def test_unknown_split_raises(tasks):
         task_dataset(tasks["regression"], "test")
     with pytest.raises(MtlError, match="unknown split 'val'"):
         task_dataset(tasks["regression"], "val")
+
+
+def label_rows_split(labels):
+    ds = Dataset.from_dict(
+        {
+            "input_ids": [[1, 2, 3][: 1 + i % 3] for i in range(len(labels))],
+            "labels": labels,
+            "example_id": list(range(len(labels))),
+        }
+    )
+    return ds.select([3, 0, 2])  # a view: row_labels reads the rows in the view's order
+
+
+def test_row_labels_reads_a_list_column_as_one_label_row_per_example():
+    split = TokenizedSplit(label_rows_split([[0, 1], [2, 3], [4, 5], [6, 7]]))
+    assert split.token_labels
+    assert split.row_labels(np.float32) is split and not split.token_labels
+    assert split.labels.dtype == np.float32
+    assert split[0]["labels"].tolist() == [6.0, 7.0]
+    packed = split.__getitems__([2, 0])
+    assert packed.labels.tolist() == [[4.0, 5.0], [6.0, 7.0]]
+    assert packed.example_ids.tolist() == [2, 3]
+
+
+def test_row_labels_refuses_rows_of_different_sizes_and_scalar_labels():
+    with pytest.raises(MtlError, match="label rows of different sizes"):
+        TokenizedSplit(label_rows_split([[0, 1], [2], [4, 5], [6]])).row_labels()
+    with pytest.raises(MtlError, match="not a list column"):
+        TokenizedSplit(label_rows_split([0, 1, 2, 3])).row_labels()

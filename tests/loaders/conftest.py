@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, Dataset
+
+from mtl.artifacts import config_dir
+from mtl.config import register_configs
+from mtl.training.build import build_composite_loader
 
 
 class ToyDataset(Dataset):
@@ -157,3 +165,25 @@ def real_tasks(sizes: dict[str, int], batch_size: int = 2) -> dict[str, DataLoad
 @pytest.fixture(scope="session")
 def make_real_tasks():
     return real_tasks
+
+
+@functools.cache
+def loader_node(name: str) -> DictConfig:
+    """The `loader` node of the real config composed with `loader=<name>`."""
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
+        return compose("config", overrides=[f"loader={name}"]).loader
+
+
+def configured_loader(name: str, loaders: dict, seed: int = 0, **options):
+    """The composite loader `loader=<name>` as training builds it: the composed node with
+    `options` set as `loader.<key>=...` overrides set them, then `build_composite_loader`."""
+    node = OmegaConf.merge(loader_node(name), options)
+    return build_composite_loader(node, loaders, seed=seed, pad_token_id=0)
+
+
+@pytest.fixture(scope="session")
+def build_loader():
+    return configured_loader
+

@@ -1,22 +1,22 @@
-"""build_loader, dry_run and the checks and counters every composite loader shares."""
+"""Composite loaders as training builds them (`loader=<name>`), dry_run, and the checks and
+counters every composite loader shares."""
 
 from types import MappingProxyType
 
 import pytest
 import torch
 
+from mtl.artifacts import config_dir
 from mtl.errors import MtlError
-from mtl.loaders import (
-    MixupLoader,
-    RandomLoader,
-    RoundRobinLoader,
-    SequentialLoader,
-    build_loader,
-    dry_run,
-    loader_class,
-    loader_names,
-)
+from mtl.loaders import MixupLoader, RandomLoader, RoundRobinLoader, SequentialLoader, dry_run
 from mtl.loaders.base import count_batch
+
+# The options of the `loader` group: the files of mtl's conf/loader/.
+LOADER_NAMES = sorted(path.stem for path in (config_dir() / "loader").glob("*.yaml"))
+
+
+def test_the_group_lists_the_built_in_loaders():
+    assert LOADER_NAMES == ["mixup", "random", "round_robin", "sequential"]
 
 
 @pytest.mark.parametrize(
@@ -28,28 +28,32 @@ from mtl.loaders.base import count_batch
         ("mixup", MixupLoader),
     ],
 )
-def test_build_by_name(make_tasks, name, cls):
+def test_build_by_name(make_tasks, build_loader, name, cls):
     loader = build_loader(name, make_tasks({"a": 4, "b": 2}), seed=1)
     assert type(loader) is cls and loader.seed == 1
 
 
-@pytest.mark.parametrize("name", loader_names())
-def test_one_task_gives_back_its_own_loader(make_tasks, name):
-    tasks = make_tasks({"only": 4})
-    assert build_loader(name, tasks) is tasks["only"]
+@pytest.mark.parametrize("name", LOADER_NAMES)
+def test_one_task_yields_its_own_batches(make_tasks, build_loader, keys, name):
+    """Training builds a composite also for one task: one epoch is one pass over that task's
+    loader, its batches in their order."""
+    loader = build_loader(name, make_tasks({"only": 5}))
+    alone = make_tasks({"only": 5})["only"]
+    assert len(loader) == len(alone) == 3
+    assert [ids for _, ids in keys(loader)] == [ids for _, ids in keys(alone)]
 
 
-def test_one_task_still_checks_the_options(make_tasks):
+def test_one_task_still_checks_the_options(make_tasks, build_loader):
     with pytest.raises(MtlError, match="weighting"):
         build_loader("random", make_tasks({"only": 4}), weighting="bogus")
 
 
-def test_unknown_name_lists_the_valid_ones(make_tasks):
+def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(MtlError, match="mixup, random, round_robin, sequential"):
-        build_loader("zip", make_tasks({"a": 4, "b": 2}))
+        dry_run("zip", {"a": 4, "b": 2})
 
 
-@pytest.mark.parametrize("name", loader_names())
+@pytest.mark.parametrize("name", LOADER_NAMES)
 @pytest.mark.parametrize(
     ("tasks", "options", "message"),
     [
@@ -62,9 +66,9 @@ def test_unknown_name_lists_the_valid_ones(make_tasks):
         ({"a": range(3)}, {"seed": -1}, "seed"),
     ],
 )
-def test_bad_input_fails_at_construction(name, tasks, options, message):
+def test_bad_input_fails_at_construction(build_loader, name, tasks, options, message):
     with pytest.raises(MtlError, match=message):
-        loader_class(name)(tasks, **options)
+        build_loader(name, tasks, **options)
 
 
 def test_dry_run_summarises_one_epoch():
@@ -103,8 +107,8 @@ def test_epochs_advance_only_after_a_completed_iteration(make_tasks, keys):
         loader.set_epoch(-1)
 
 
-@pytest.mark.parametrize("name", loader_names())
-def test_target_shares_add_up_to_one(make_tasks, name):
+@pytest.mark.parametrize("name", LOADER_NAMES)
+def test_target_shares_add_up_to_one(make_tasks, build_loader, name):
     shares = build_loader(name, make_tasks({"a": 6, "b": 2, "c": 3})).target_shares()
     assert list(shares) == ["a", "b", "c"]
     assert sum(shares.values()) == pytest.approx(1.0)
@@ -121,12 +125,12 @@ def test_token_count_prefers_the_collators_num_tokens():
 
 
 @pytest.mark.parametrize("name", ["round_robin", "mixup"])
-def test_stats_read_num_tokens_when_the_batches_have_it(make_tasks, name):
+def test_stats_read_num_tokens_when_the_batches_have_it(make_tasks, build_loader, name):
     tasks = make_tasks({"a": 5, "b": 2}, 2)
     for loader in tasks.values():
         collate = loader.collate_fn
         loader.collate_fn = lambda rows, collate=collate: {**collate(rows), "num_tokens": 100}
-    loader = loader_class(name)(tasks, **({"exhaust": "each_once"} if name == "mixup" else {}))
+    loader = build_loader(name, tasks, **({"exhaust": "each_once"} if name == "mixup" else {}))
     batches = list(loader)
     assert loader.stats["a"] == {"batches": 3, "examples": 5, "tokens": 300}
     assert loader.stats["b"] == {"batches": 1, "examples": 2, "tokens": 100}

@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtl.errors import MtlError
-from mtl.loaders import build_loader
 
 SIZES = {"a": 7, "b": 3, "c": 5}  # examples; batch size 2 -> 4, 2 and 3 batches per pass
 
@@ -37,7 +36,9 @@ CONFIGS = [
 @pytest.mark.parametrize(("name", "options"), CONFIGS, ids=lambda c: str(c))
 @settings(max_examples=30, deadline=None)
 @given(epoch=st.integers(0, 1), data=st.data())
-def test_resume_at_every_step(make_tasks, keys, name, options, resumable, epoch, data):
+def test_resume_at_every_step(
+    build_loader, make_tasks, keys, name, options, resumable, epoch, data
+):
     build = lambda: build_loader(name, make_tasks(SIZES, resumable=resumable), seed=3, **options)  # noqa: E731
     loader = build()
     for _ in range(epoch):
@@ -60,7 +61,7 @@ def test_resume_at_every_step(make_tasks, keys, name, options, resumable, epoch,
     assert resumed.epoch == loader.epoch == epoch + 2
 
 
-def test_resume_uses_set_start_when_the_sampler_has_it(make_tasks, keys):
+def test_resume_uses_set_start_when_the_sampler_has_it(build_loader, make_tasks, keys):
     loader = build_loader("round_robin", make_tasks(SIZES, resumable=True))
     iterator = iter(loader)
     for _ in range(5):  # a b c a b: a and c are mid-pass, b is used up
@@ -73,7 +74,7 @@ def test_resume_uses_set_start_when_the_sampler_has_it(make_tasks, keys):
     assert starts == {"a": [2], "b": [], "c": [1]}
 
 
-def test_set_epoch_to_the_saved_epoch_keeps_the_resume_position(make_tasks, keys):
+def test_set_epoch_to_the_saved_epoch_keeps_the_resume_position(build_loader, make_tasks, keys):
     loader = build_loader("random", make_tasks(SIZES))
     full, state = [], None
     for batch in loader:
@@ -86,7 +87,7 @@ def test_set_epoch_to_the_saved_epoch_keeps_the_resume_position(make_tasks, keys
     assert keys(resumed) == full[3:]
 
 
-def test_state_after_the_last_batch_resumes_into_an_empty_iteration(make_tasks, keys):
+def test_state_after_the_last_batch_resumes_into_an_empty_iteration(build_loader, make_tasks, keys):
     loader = build_loader("mixup", make_tasks(SIZES))
     for step, _ in enumerate(loader, 1):
         if step == len(loader):
@@ -102,14 +103,16 @@ def test_state_after_the_last_batch_resumes_into_an_empty_iteration(make_tasks, 
     ("change", "message"),
     [({"seed": 4}, "options"), ({"exhaust": "first"}, "options")],
 )
-def test_load_state_from_a_loader_built_differently_fails(make_tasks, change, message):
+def test_load_state_from_a_loader_built_differently_fails(
+    build_loader, make_tasks, change, message
+):
     state = build_loader("random", make_tasks(SIZES), seed=3).state_dict()
     other = build_loader("random", make_tasks(SIZES), **{"seed": 3, **change})
     with pytest.raises(MtlError, match=message):
         other.load_state_dict(state)
 
 
-def test_load_state_with_other_tasks_or_sizes_fails(make_tasks):
+def test_load_state_with_other_tasks_or_sizes_fails(build_loader, make_tasks):
     state = build_loader("random", make_tasks(SIZES)).state_dict()
     with pytest.raises(MtlError, match="tasks"):
         build_loader("random", make_tasks({"a": 7, "b": 3})).load_state_dict(state)
@@ -118,7 +121,7 @@ def test_load_state_with_other_tasks_or_sizes_fails(make_tasks):
 
 
 @pytest.mark.parametrize("name", ["random", "mixup"])
-def test_resume_with_the_real_samplers(make_real_tasks, keys, name):
+def test_resume_with_the_real_samplers(build_loader, make_real_tasks, keys, name):
     loader = build_loader(name, make_real_tasks(SIZES), seed=1)
     full, state = [], None
     for batch in loader:

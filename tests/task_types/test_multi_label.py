@@ -12,7 +12,8 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score
 
-from mtl.data import build_task, load_tokenizer, task_dataset, task_loader
+from mtl.config import TaskConfig
+from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.samplers import RandomBatchSampler
@@ -55,13 +56,8 @@ def files(tmp_path):
 
 
 def build(source, **options):
-    return build_task(
-        "topics",
-        type="multi_label_classification",
-        source=source,
-        tokenizer=load_tokenizer(),
-        **options,
-    )
+    config = TaskConfig(type="multi_label_classification", source=source, **options)
+    return build_task_from_config("topics", config, load_tokenizer())
 
 
 def test_is_a_builtin_type():
@@ -181,11 +177,10 @@ def mixup_with_tagging(tmp_path, k: int, texts: list[str]):
     data = [{"text": t, "label": [names[i % k], names[(3 * i) % k]]} for i, t in enumerate(texts)]
     path = str(write_jsonl(tmp_path / "t.jsonl", data))
     multi = build({"train": path, "dev": path}, label_names=names)
-    tag = build_task(
+    tag = build_task_from_config(
         "tag",
-        type="token_classification",
-        source={"bundled": "synthetic_tag", "size": 40},
-        tokenizer=load_tokenizer(),
+        TaskConfig(type="token_classification", source={"bundled": "synthetic_tag", "size": 40}),
+        load_tokenizer(),
     )
     loaders = {
         t.name: task_loader(t, RandomBatchSampler(t.train["length"], 6, seed=0))

@@ -11,8 +11,8 @@ import torch
 from datasets import disable_progress_bars
 from sklearn.metrics import accuracy_score
 
-from mtl.config import validate
-from mtl.data import build_task, load_tokenizer, task_dataset, task_loader
+from mtl.config import TaskConfig, validate
+from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models import MultiTaskModel, load_encoder
@@ -51,7 +51,8 @@ def build(tmp_path, tokenizer, rows=ROWS, dev=None, **options):
     }
     options = {"text_column": "ctx", "question_column": "q", "choices_column": "options",
                "label_column": "y", "max_length": 32, **options}  # fmt: skip
-    return build_task("mc", type="multiple_choice", source=source, tokenizer=tokenizer, **options)
+    config = TaskConfig(type="multiple_choice", source=source, **options)
+    return build_task_from_config("mc", config, tokenizer)
 
 
 def expected_ids(tokenizer, row, max_length, question=True):
@@ -175,10 +176,10 @@ def test_predict_takes_each_examples_best_real_choice_and_scores_accuracy(tmp_pa
 
 def test_a_mixed_batch_gives_the_choice_head_its_rows_and_the_same_loss(tmp_path, tokenizer):
     task = build(tmp_path, tokenizer)
-    cls = build_task(
-        "cls", type="sequence_classification", tokenizer=tokenizer,
-        source={"bundled": "synthetic_cls", "size": 20},
-    )  # fmt: skip
+    cls_config = TaskConfig(
+        type="sequence_classification", source={"bundled": "synthetic_cls", "size": 20}
+    )
+    cls = build_task_from_config("cls", cls_config, tokenizer)
     loaders = {
         "mc": task_loader(task, RandomBatchSampler(task.train["length"], 3, seed=1)),
         "cls": task_loader(cls, RandomBatchSampler(cls.train["length"], 5, seed=1)),

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from mtl.config import validate
-from mtl.data import build_task, load_tokenizer
+from mtl.config import TaskConfig, validate
+from mtl.data import build_task_from_config, load_tokenizer
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models.heads import QuestionAnsweringHead
@@ -54,9 +54,8 @@ def qa_task(tmp_path, train, dev=None, **options):
         "dev": write_jsonl(tmp_path / "dev.jsonl", dev or train),
     }
     options = {"max_length": 32, "stride": 8, **options}
-    return build_task(
-        "qa", type="question_answering", source=source, tokenizer=load_tokenizer(), **options
-    )
+    config = TaskConfig(type="question_answering", source=source, **options)
+    return build_task_from_config("qa", config, load_tokenizer())
 
 
 def windows_of(split, example: int) -> list[int]:
@@ -118,14 +117,13 @@ def test_unanswerable_rows_point_every_window_at_cls(tmp_path):
 
 def test_example_ids_stay_source_rows_across_encoding_batches():
     """More source rows than one `Dataset.map` batch (1000): ids go on counting."""
-    task = build_task(
-        "qa",
+    config = TaskConfig(
         type="question_answering",
         source={"bundled": "synthetic_qa", "size": 1500},
-        tokenizer=load_tokenizer(),
         max_length=24,
         stride=4,
     )
+    task = build_task_from_config("qa", config, load_tokenizer())
     ids = np.asarray(task.train["example_id"])
     assert len(ids) > len(np.unique(ids))  # some contexts took several windows
     assert np.array_equal(np.unique(ids), np.arange(ids.max() + 1)) and np.all(np.diff(ids) >= 0)
@@ -264,7 +262,6 @@ def test_predict_gives_each_rows_logits_trimmed_to_its_length():
 
 
 def build_qa_type(**options):
-    from mtl.config import TaskConfig
     from mtl.task_types import task_type_class
 
     config = TaskConfig(type="question_answering", source={}, **options)

@@ -1,9 +1,10 @@
 """Bundled tasks: real ones from CPython's own reference text, and small generated ones for tests.
 
-Nothing here downloads. Each bundled task is `{"bundled": name, ...options}` in `build_task`;
-`bundled_rows(name, seed=..., **options)` returns `(task_type, label_names, train, dev)` with rows
-in the columns of the task type (`{"text": ..., "label": ...}` for the single-text ones) and a
-split that depends only on the seed and the options.
+Nothing here downloads. Each bundled task is the source `{"bundled": name, ...options}` of a
+task config (`build_task_from_config`); `bundled_rows(name, seed=..., **options)` returns
+`(task_type, label_names, train, dev)` with rows in the columns of the task type
+(`{"text": ..., "label": ...}` for the single-text ones) and a split that depends only on the
+seed and the options.
 
 The pydoc tasks
 ---------------
