@@ -32,11 +32,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from mtl.artifacts import config_dir
+from mtl.cli import job
 from mtl.cli.argv import continue_in_place
 from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
 from mtl.errors import MtlError
-from mtl.reporting.sweep import JobFailed
+from mtl.reporting.sweep import JobFailed, in_multirun
 from mtl.training import runlock
 from mtl.training.distributed import start_launch
 
@@ -58,14 +59,10 @@ PLUGINS = {
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     global _in_job
-    from mtl.cli.job import main
-
     _in_job = True  # stays set if main raises: a job's error keeps its traceback
     try:
-        result = main(cfg)
+        result = job.main(cfg)
     except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
-        from mtl.reporting.sweep import JobFailed, in_multirun
-
         if stop.code and in_multirun():
             raise JobFailed.from_exit(stop) from None
         if stop.code == 2 and _made_from is not None and os.environ.get("RANK", "0") == "0":
