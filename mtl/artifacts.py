@@ -50,6 +50,18 @@ def is_export(path: str | Path) -> bool:
     return (Path(path) / TASKS_FILE).is_file()
 
 
+HYDRA_SPECIAL = set("=,[]{}()'\" \\")  # characters an override value must quote
+
+
+def resume_override(run_dir: str | Path) -> str:
+    """`trainer.resume=<run_dir>` as one shell word that Hydra reads back as that path: a sweep
+    job's folder (`0_seed=0,task=[a]`) is quoted for Hydra, then for the shell."""
+    path = str(run_dir)
+    if not HYDRA_SPECIAL & set(path):
+        return f"trainer.resume={path}"
+    return f"\"trainer.resume='{path}'\""
+
+
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtl.artifacts import HYDRA_SPECIAL
+
 NAMES_THE_FOLDER = ("output_dir=", "+output_dir=", "hydra.run.dir=", "+hydra.run.dir=")
 
 
@@ -25,10 +27,10 @@ def continue_in_place(argv: list[str]) -> list[str]:
     ]
     if not resumes or any(a.startswith(NAMES_THE_FOLDER) for a in argv):
         return argv
-    run = run_folder(resumes[-1])
+    run = run_folder(resumes[-1].strip("'\""))  # Hydra's quotes: `trainer.resume='0_a=1,b=2'`
     if run is None:  # not a run folder or one of its checkpoints: the resume check says so
         return argv
-    extra = [f"hydra.run.dir={run}"]
+    extra = [f"hydra.run.dir='{run}'" if HYDRA_SPECIAL & set(str(run)) else f"hydra.run.dir={run}"]
     if not any(a.startswith("hydra.output_subdir=") for a in argv):
         extra.append("hydra.output_subdir=null")
     return [*argv, *extra]

@@ -41,7 +41,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mtl.artifacts import write_file
+from mtl.artifacts import resume_override, write_file
 from mtl.errors import MtlError
 from mtl.training.distributed import LAUNCH_TIME_ENV, env_rank, launch_time
 
@@ -91,30 +91,48 @@ class SweepSummary(Callback):
         self._started = time.time()
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if not in_multirun() or env_rank() != 0:  # under torchrun, rank 0 writes for the job
+        if env_rank() != 0:  # under torchrun, rank 0 writes for the job
             return
-        record = {
-            "job": int(config.hydra.job.num),
-            "overrides": list(job_return.overrides or []),
+        job_dir = Path(config.hydra.runtime.output_dir)  # absolute, whatever the job's cwd
+        earlier = _read_json(job_dir / RECORD)
+        if not in_multirun() and earlier is None:  # a single run, not one of a sweep's jobs
+            return
+        outcome = self._outcome(job_return, job_dir)
+        if in_multirun():
+            depth = len(Path(str(config.hydra.sweep.subdir)).parts)  # `task=[glue/mnli]`: 2
+            sweep_dir = job_dir.parents[depth - 1]
+            record = {
+                "job": int(config.hydra.job.num),
+                "overrides": list(job_return.overrides or []),
+                "sweep_dir": str(sweep_dir),
+                **outcome,
+            }
+        else:  # a sweep's job resumed in its own folder (`trainer.resume=<job>`): its row goes on
+            sweep_dir = Path(earlier.get("sweep_dir") or job_dir.parent)
+            wall = (earlier.get("wall_s") or 0.0) + (outcome["wall_s"] or 0.0)
+            record = {**earlier, **outcome, "wall_s": wall}
+        (job_dir / RECORD).write_text(json.dumps(record, indent=2))
+        write_summary(sweep_dir, self.filename)
+
+    def _outcome(self, job_return: JobReturn, job_dir: Path) -> dict[str, Any]:
+        """Status, error, returned value and wall time of the job that just ended."""
+        outcome = {
             "status": job_return.status.name,
             "error": None,
             "returned": None,
             "wall_s": time.time() - self._started if self._started else None,
         }
         if job_return.status == JobStatus.FAILED:
-            record["error"] = first_line(_job_error(job_return))
+            outcome["error"] = first_line(_job_error(job_return))
         else:
             value = job_return.return_value
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                record["returned"] = float(value)
-        job_dir = Path(config.hydra.runtime.output_dir)  # absolute, whatever the job's cwd
+                outcome["returned"] = float(value)
         if job_return.status == JobStatus.COMPLETED and not (job_dir / "results.json").is_file():
             # mtl stopped by SIGTERM/SIGUSR1 returns normally, with a checkpoint and no results
-            record["status"], record["returned"] = "STOPPED", None
-            record["error"] = f"stopped by a signal; resume with trainer.resume={job_dir}"
-        (job_dir / RECORD).write_text(json.dumps(record, indent=2))
-        depth = len(Path(str(config.hydra.sweep.subdir)).parts)  # `task=[glue/mnli]`: 2
-        write_summary(job_dir.parents[depth - 1], self.filename)
+            outcome["status"], outcome["returned"] = "STOPPED", None
+            outcome["error"] = f"stopped by a signal; resume with {resume_override(job_dir)}"
+        return outcome
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir).absolute()

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
+from mtl.artifacts import resume_override
+
 STOP_MESSAGE = (
     "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
-    "resume with trainer.resume={run_dir} output_dir={run_dir}"
+    "resume with {resume}"
 )
 
 
@@ -69,7 +71,8 @@ class StopSignal:
 
     def message(self, step: int, run_dir: Path | str) -> str:
         """The one line the run prints when it stops for a signal."""
-        return STOP_MESSAGE.format(signal=self.signal_name, step=step, run_dir=run_dir)
+        resume = resume_override(run_dir)
+        return STOP_MESSAGE.format(signal=self.signal_name, step=step, resume=resume)
 
     def close(self) -> None:
         """Put back the handlers that were there before."""

@@ -72,3 +72,9 @@ def test_resume_as_typed_continues_the_same_run_folder(tmp_path):
     assert (run / ".hydra" / "config.yaml").read_text() == config  # trained-with config kept
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     assert [row["step"] for row in rows if "loss" in row] == [1, 2, 3, 4]
+
+
+def test_a_sweep_jobs_folder_is_read_and_given_back_quoted(tmp_path):
+    run = make_run(tmp_path / "0_seed=0,task=[a]")
+    argv = [f"trainer.resume='{run}'"]
+    assert continue_in_place(argv) == [*argv, f"hydra.run.dir='{run}'", "hydra.output_subdir=null"]

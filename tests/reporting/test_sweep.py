@@ -8,6 +8,7 @@ import csv
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -172,9 +173,29 @@ def test_a_job_stopped_by_a_signal_is_listed_as_stopped_with_how_to_resume(tmp_p
     rows = read_csv(sweep / "summary.csv")
     stopped = job_dirs(sweep)[0]
     assert rows[0]["status"] == "STOPPED"
-    assert rows[0]["error"] == f"stopped by a signal; resume with trainer.resume={stopped}"
+    assert rows[0]["error"] == f"stopped by a signal; resume with \"trainer.resume='{stopped}'\""
     assert rows[0]["monitor"] == "" and not (stopped / "results.json").exists()
     assert list((stopped / "checkpoints").glob("step_*"))
+
+    # Resumed as the row says (a few steps more), the job goes on in its folder and its row with it.
+    hint = rows[0]["error"].split("resume with ", 1)[1]  # typed into a shell as it is printed
+    words = [str(ROOT / "train.py"), *DEBUG, *long_run, "seed=0"]
+    more = f"trainer.max_steps={stopped_step(stopped) + 2}"
+    done = subprocess.run(
+        f"{sys.executable} {' '.join(shlex.quote(w) for w in words)} {hint} {more}", shell=True,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert job_dirs(sweep)[0] == stopped and not (tmp_path / "outputs").exists()
+    again = read_csv(sweep / "summary.csv")
+    assert len(again) == len(rows) and again[0]["status"] == "COMPLETED"
+    results = json.loads((stopped / "results.json").read_text())
+    assert float(again[0]["monitor"]) == monitored(results)
+    assert float(again[0]["wall_s"]) > float(rows[0]["wall_s"])
+
+
+def stopped_step(job: Path) -> int:
+    return max(int(p.name.split("_")[1]) for p in (job / "checkpoints").glob("step_*"))
 
 
 def fake_job(sweep: Path, num: int, results: dict | None, status: str | None = "COMPLETED"):

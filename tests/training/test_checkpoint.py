@@ -266,7 +266,7 @@ def test_dist_all_ranks_stop_at_the_same_step(tmp_path):
     assert (
         lines.count(
             f"mtl: received SIGTERM: saving a checkpoint at step 3 and stopping; "
-            f"resume with trainer.resume={tmp_path / 'run'} output_dir={tmp_path / 'run'}"
+            f"resume with trainer.resume={tmp_path / 'run'}"
         )
         == 1
     )
