@@ -32,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from mtl.artifacts import config_dir
-from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
-from mtl.errors import MtlError
+from mtl.config.checks import check_sweeper, unknown_argument
+from mtl.errors import MtlError, did_you_mean, import_target
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mtl.data.sources import read_source
 from mtl.errors import MtlError
-from mtl.task_types import TaskType, task_type_class
+from mtl.task_types import TaskType, task_config, task_type_class
 
 
 @dataclass
@@ -79,9 +79,7 @@ def build_task(
     come from the source (bundled tasks, `ClassLabel` features), else they are the sorted
     distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
     """
-    from mtl.config import TaskConfig
-
-    config = TaskConfig(type=type, source=dict(source), **options)
+    config = task_config({"type": type, "source": dict(source), **options}, name)
     return build_task_from_config(name, config, tokenizer, seed=seed, max_examples=max_examples)
 
 

@@ -48,10 +48,9 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
     type, head or metric that is not mtl's own is refused unless `trust_custom_code`."""
     from safetensors.torch import load_file
 
-    from mtl.config import TaskConfig
     from mtl.data.tokenizer import load_tokenizer
     from mtl.models import MultiTaskModel
-    from mtl.task_types import task_type_class
+    from mtl.task_types import task_config, task_type_class
 
     folder = Path(path)
     try:
@@ -66,7 +65,7 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
     heads, tasks = {}, {}
     for name, entry in meta["tasks"].items():
         try:
-            config = TaskConfig(**entry["config"])
+            config = task_config(entry["config"], name)
             h = entry["head"]
             task_type = task_type_class(config.type, name)(name, config)
             heads[name] = task_type.make_head(h["hidden_size"], h["num_labels"], h["dropout"])
