@@ -2,7 +2,7 @@
 float` that knows whether a higher value is better.
 
 A task names its metrics in its config, `metrics: [mcc, accuracy]`; the first is its main one.
-A name without a dot is one of its task type's `metric_functions` (found by the `Metric`'s own
+A name without a dot is one of its task type's `known_metrics` (found by the `Metric`'s own
 `name`); `package.module.function` imports a metric of your own, which is higher-is-better unless
 it is a `Metric(..., higher_is_better=False)` or made with `@metric(higher_is_better=False)`.
 
