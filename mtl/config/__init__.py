@@ -26,7 +26,7 @@ from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name
 )
 from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
-from mtl.task_types import TaskConfig, task_type_class
+from mtl.task_types import TaskConfig, builtin_types, task_type_class
 
 
 @dataclass
@@ -173,6 +173,8 @@ SCHEMAS = {
     "model_schema": ModelConfig,
     "logger_schema": LoggerConfig,
     **LOADER_AND_SAMPLER_SCHEMAS,
+    # A built-in task file names its type's schema: every key the type has, while composing.
+    **{f"{name}_task_schema": cls.Options for name, cls in builtin_types().items()},
 }
 
 
