@@ -35,8 +35,8 @@ from mtl.artifacts import config_dir
 from mtl.cli import job
 from mtl.cli.argv import continue_in_place
 from mtl.config import register_configs
-from mtl.config.checks import check_sweeper, did_you_mean, import_target, unknown_argument
-from mtl.errors import MtlError
+from mtl.config.checks import check_sweeper, unknown_argument
+from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.reporting.sweep import JobFailed, in_multirun
 from mtl.training import runlock
 from mtl.training.distributed import start_launch

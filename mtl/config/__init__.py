@@ -5,7 +5,8 @@ Hydra's ConfigStore; the YAML files under `conf/` name their schema in their def
 only pick and override, so OmegaConf checks types and keys while Hydra composes. `validate(cfg)`
 then checks the value rules and the task files' `@package` lines, and raises `MtlError` with one
 line naming the key and the fix. Loader and sampler options are checked by the classes they
-build, when they are built.
+build, when they are built. A task's keys are its type's `Options` (`mtl.task_types`: the
+common `TaskConfig` keys plus the type's own), checked here once the type is known.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name
 )
 from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
+from mtl.task_types import TaskConfig, builtin_types, task_type_class
 
 
 @dataclass
@@ -146,48 +148,18 @@ class DataConfig:
 
 
 @dataclass
-class TaskConfig:
-    """One task, `conf/task/<name>.yaml` with the header `# @package task.<name>`."""
-
-    type: str  # a task type: a name in mtl.task_types.BUILTIN or module.Class
-    source: dict[str, Any]  # {bundled: name} | {path: file} | {hub: name, config: ...}
-    batch_size: int = 32
-    max_length: int = 256
-    text_column: str = "text"
-    label_column: str = "label"
-    label_names: list[str] | None = None
-    dev_fraction: float = 0.1
-    text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
-    metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
-    head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
-    question_column: str | None = None  # multiple choice (optional) and extractive QA
-    context_column: str | None = None  # extractive QA: the passage answers are taken from
-    choices_column: str | None = None  # multiple choice: a list of strings per row
-    answers_column: str | None = None  # extractive QA: {text: [...], answer_start: [...]}
-    # extractive QA: tokens shared by consecutive windows of a long context; null: max_length // 4
-    stride: int | None = None
-
-    def check(self, name: str) -> None:
-        from mtl.task_types import task_type_class
-
-        task_type_class(self.type, name)
-        _at_least(f"task.{name}.batch_size", self.batch_size, 1)
-        _at_least(f"task.{name}.max_length", self.max_length, 2)
-        if not 0 < self.dev_fraction < 1:
-            raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
-
-
-@dataclass
 class MtlConfig:
     """The primary config (`conf/config.yaml`): every top-level key and its type.
 
     `loader` and `sampler` are free-form: their `_target_` class checks its own arguments.
+    `task` is free-form while Hydra composes: each task's type declares its keys (`Options`),
+    checked by `validate`.
     """
 
     seed: int = 0
     output_dir: str = "${hydra:runtime.output_dir}"  # the run folder: metrics, checkpoints, W&B
     data: DataConfig = field(default_factory=DataConfig)
-    task: dict[str, TaskConfig] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
     loader: Any = MISSING
     sampler: Any = MISSING
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -201,6 +173,8 @@ SCHEMAS = {
     "model_schema": ModelConfig,
     "logger_schema": LoggerConfig,
     **LOADER_AND_SAMPLER_SCHEMAS,
+    # A built-in task file names its type's schema: every key the type has, while composing.
+    **{f"{name}_task_schema": cls.Options for name, cls in builtin_types().items()},
 }
 
 
@@ -247,8 +221,19 @@ def check_keys(schema: type, node: Any, where: str) -> None:
         if key not in names:
             raise MtlError(
                 f"unknown key {prefix}{key}; {did_you_mean(str(key), names)}"
-                f"{schema.__name__} has {', '.join(names)}"
+                f"{schema.__qualname__} has {', '.join(names)}"
             )
+
+
+def _task(name: str, node: Any) -> TaskConfig:
+    """Task `name`'s config as its type's `Options` (the common keys and the type's own)."""
+    type_name = node.get("type") if hasattr(node, "get") else None
+    if not type_name:
+        raise MtlError(
+            f"task.{name}.type is not set; give a task type (e.g. sequence_classification) "
+            "or the import path of a TaskType subclass"
+        )
+    return _typed(task_type_class(type_name, name).Options, node, f"task.{name}")
 
 
 @dataclass
@@ -284,7 +269,7 @@ def validate(cfg: DictConfig) -> Settings:
         model=_typed(ModelConfig, cfg.model, "model"),
         logger=_typed(LoggerConfig, cfg.logger, "logger"),
         data=_typed(DataConfig, cfg.get("data") or {}, "data"),
-        tasks={name: _typed(TaskConfig, node, f"task.{name}") for name, node in tasks_node.items()},
+        tasks={name: _task(name, node) for name, node in tasks_node.items()},
     )
     for part in (settings.trainer, settings.model, settings.logger, settings.data):
         part.check()

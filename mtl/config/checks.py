@@ -1,6 +1,5 @@
 """Checks of what a config names outside itself, each failing with one line (`MtlError`).
 
-- `import_target` imports a `_target_` and says which part of the path is wrong;
 - `check_arguments` holds a node's keys against the parameters of the class it builds
   (a mistyped key gets "did you mean"), as the schemas do for the typed groups;
 - `check_wandb_credentials` finds W&B credentials before an online run starts;
@@ -11,62 +10,19 @@
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
 import netrc
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from mtl.artifacts import config_dir
-from mtl.errors import MtlError
+from mtl.errors import MtlError, did_you_mean, import_target  # noqa: F401 (public here too)
 
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 WANDB_HOST = "https://api.wandb.ai"
-
-
-def did_you_mean(word: str, names: Iterable[str]) -> str:
-    """The hint `did you mean x? ` for the closest of `names`, or an empty string."""
-    close = difflib.get_close_matches(word, list(names), n=1)
-    return f"did you mean {close[0]}? " if close else ""
-
-
-def import_target(target: Any, key: str) -> Any:
-    """The object `key: target` names (`package.module.Class`), or one line saying which part
-    of the path does not exist."""
-    if not isinstance(target, str) or "." not in target:
-        raise MtlError(f"{key}={target!r} is not an import path; give package.module.Class")
-    parts = target.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:end])
-        try:
-            found = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name is not None and module_name.startswith(err.name):
-                continue  # this prefix is not a module: try a shorter one
-            raise MtlError(f"{key}={target!r}: importing {module_name} failed ({err})") from None
-        except Exception as err:  # the user's module raised while importing
-            raise MtlError(
-                f"{key}={target!r}: importing {module_name} failed ({type(err).__name__}: {err})"
-            ) from None
-        for i, attr in enumerate(parts[end:], start=end):
-            if not hasattr(found, attr):
-                names = [n for n in dir(found) if not n.startswith("_")]
-                where = ".".join(parts[:i])
-                raise MtlError(
-                    f"{key}={target!r}: {where} has no {attr!r}; {did_you_mean(attr, names)}"
-                    "check the spelling (a module of your own must be importable from the "
-                    "folder you run in)"
-                )
-            found = getattr(found, attr)
-        return found
-    raise MtlError(
-        f"{key}={target!r}: no module named {parts[0]!r}; check the spelling (a module of your "
-        "own must be importable from the folder you run in)"
-    )
 
 
 def parameters(obj: Any) -> tuple[list[str], bool]:

@@ -1,79 +1,29 @@
 """One task of a trained model as a standard transformers model (`<export>/<task>/`).
 
-A task type's head maps onto an `AutoModelFor...` class when it is the type's own head with BERT's
-pooler (sentence-level types) or a linear layer per token (tagging, QA), on a BERT-family
-encoder; `standard_model` builds that model and checks its logits against mtl's.
+Asks the parts: the task type names its transformers counterpart (`export_kind`, a
+`mtl.models.heads.TransformersModel`, or None), and the head copies itself into that model
+(`to_transformers`; a head without it has no standard form). Only the type's own head is exported
+(another head computes something else), on an encoder whose weights fit the model's base; the
+logits of both are compared before anything is written.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any
 
-USE_MTL = "use mtl.load_model / mtl-predict"
-
-
-@dataclass
-class Standard:
-    """How a task type's head maps onto a transformers class: the `AutoModelFor...` name, the
-    config keys it adds, whether the head pools (pooler -> dropout -> out, BERT's pooler), and
-    the module of the transformers model that the head's `out` becomes."""
-
-    auto_class: str
-    config: dict[str, Any]
-    pooled: bool
-    out: str
-
-
-def standard_kind(task_type, label_names: list[str] | None) -> Standard | None:
-    """The transformers counterpart of a task type (None: it has none)."""
-    from mtl.task_types import (
-        MultiLabelClassification,
-        MultipleChoice,
-        QuestionAnswering,
-        Regression,
-        SequenceClassification,
-        TokenClassification,
-    )
-
-    names = list(label_names or [])
-    labels = {
-        "num_labels": len(names),
-        "id2label": dict(enumerate(names)),
-        "label2id": {n: i for i, n in enumerate(names)},
-    }
-    if isinstance(task_type, MultiLabelClassification):
-        labels["problem_type"] = "multi_label_classification"
-        return Standard("AutoModelForSequenceClassification", labels, True, "classifier")
-    if isinstance(task_type, SequenceClassification):
-        labels["problem_type"] = "single_label_classification"
-        return Standard("AutoModelForSequenceClassification", labels, True, "classifier")
-    if isinstance(task_type, Regression):
-        config = {"num_labels": 1, "problem_type": "regression"}
-        return Standard("AutoModelForSequenceClassification", config, True, "classifier")
-    if isinstance(task_type, TokenClassification):
-        return Standard("AutoModelForTokenClassification", labels, False, "classifier")
-    if isinstance(task_type, QuestionAnswering):
-        return Standard("AutoModelForQuestionAnswering", {"num_labels": 2}, False, "qa_outputs")
-    if isinstance(task_type, MultipleChoice):
-        return Standard("AutoModelForMultipleChoice", {}, True, "classifier")
-    return None
+from mtl.models.heads import USE_MTL, TransformersModel
 
 
 def standard_model(model, name: str, task_type, label_names, tokenizer):
     """(transformers model computing task `name`'s logits, None) or (None, why not and the fix).
 
-    Built generically: `AutoModelFor<X>.from_config(encoder config + labels)`, the encoder's
-    weights loaded into its `base_model`, then the head mapped: `pooler` onto the base model's
-    `pooler.dense` (BERT's pooler, so BERT-family encoders only), `out` onto `classifier` (QA:
-    `qa_outputs`). The mapping is checked by running both on a small batch: equal logits
-    (within 1e-4) or no export."""
-    import torch
+    Built generically: `AutoModelFor<X>.from_config(encoder config + the kind's keys)`, the
+    encoder's weights loaded into its `base_model`, then `head.to_transformers(model, out)`
+    (sentence heads: `pooler` onto BERT's `pooler.dense`, so BERT-family encoders only). Checked
+    by running both on a small batch: equal logits (within 1e-4) or no export."""
     import transformers
-    from torch import nn
 
-    kind = standard_kind(task_type, label_names)
+    kind = task_type.export_kind(label_names)
     if kind is None:
         kind_name = type(task_type).__name__
         return None, f"type {kind_name} has no standard transformers class; {USE_MTL}"
@@ -84,11 +34,6 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
             f"its head is {type(head).__name__}, not the type's own {own_head.__name__}; "
             f"no standard transformers class computes it: {USE_MTL}"
         )
-    if kind.pooled and getattr(head, "pooler", None) is None:
-        return None, (
-            "head pools by mean; no standard transformers class does that: "
-            f"{USE_MTL}, or pooling cls"
-        )
     config = copy.deepcopy(model.encoder.config)
     for key, value in kind.config.items():
         setattr(config, key, value)
@@ -97,21 +42,14 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
         hf = auto.from_config(config)
     except ValueError:  # the encoder's model type has no such class
         return None, f"transformers has no {kind.auto_class} for {config.model_type}; {USE_MTL}"
-    base, out = hf.base_model, getattr(hf, kind.out, None)
-    dense = getattr(getattr(base, "pooler", None), "dense", None)
-    model_type = config.model_type
-    if not isinstance(out, nn.Linear) or (kind.pooled and not isinstance(dense, nn.Linear)):
-        what = "BERT's pooler and classifier" if kind.pooled else f"a linear {kind.out}"
-        return None, f"{auto.__name__} for {model_type} has no {what} to map the head on; {USE_MTL}"
     device = next(model.parameters()).device
     hf.to(device).eval()
-    missing, unexpected = base.load_state_dict(model.encoder.state_dict(), strict=False)
+    missing, unexpected = hf.base_model.load_state_dict(model.encoder.state_dict(), strict=False)
     if unexpected or any(not key.startswith("pooler.") for key in missing):
         return None, f"the encoder's weights do not fit {type(hf).__name__}; {USE_MTL}"
-    with torch.no_grad():
-        if kind.pooled:
-            dense.load_state_dict(head.pooler.state_dict())
-        out.load_state_dict(head.out.state_dict())
+    why_not = head.to_transformers(hf, kind.out)
+    if why_not is not None:
+        return None, why_not
     difference = logits_difference(model, hf, name, tokenizer, kind)
     if not difference <= 1e-4:
         return None, (
@@ -121,7 +59,7 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
     return hf.cpu(), None
 
 
-def logits_difference(model, hf, name: str, tokenizer, kind: Standard) -> float:
+def logits_difference(model, hf, name: str, tokenizer, kind: TransformersModel) -> float:
     """The largest difference between task `name`'s logits from `model` and from the
     transformers model `hf`, on a small padded batch (positions the head masks left out)."""
     import torch

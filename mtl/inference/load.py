@@ -14,12 +14,11 @@ from typing import Any
 from torch import nn
 
 from mtl.artifacts import HEADS_FILE, TASKS_FILE
-from mtl.config import TaskConfig
 from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel
-from mtl.task_types import task_type_class
+from mtl.task_types import task_config, task_type_class
 
 FORMAT = 1
 
@@ -60,7 +59,7 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
     heads, tasks = {}, {}
     for name, entry in meta["tasks"].items():
         try:
-            config = TaskConfig(**entry["config"])
+            config = task_config(entry["config"], name)
             h = entry["head"]
             task_type = task_type_class(config.type, name)(name, config)
             heads[name] = task_type.make_head(h["hidden_size"], h["num_labels"], h["dropout"])

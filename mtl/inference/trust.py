@@ -3,9 +3,10 @@
 An export's `mtl_tasks.json` (and a run folder's `.hydra/config.yaml`) name each task's type,
 head and metrics. Loading a model reads them as data: a name that is not one of mtl's own is
 refused with one line naming it and `trust_custom_code=true`, before anything it names is
-imported or called. mtl's own are the classes of `mtl.task_types.BUILTIN` and the heads defined
-in `mtl.models.heads` and in those types' modules, matched by their exact import path (never by
-a prefix), and the metric names of those types.
+imported or called. mtl's own are the built-in task types (`mtl.task_types.builtin_types()`, by
+short name or import path), the heads defined in `mtl.models.heads` (also under the paths the
+types' modules give them, as exports of earlier versions name them), matched by their exact
+import path (never by a prefix), and the names of those types' `known_metrics`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 
 from mtl.errors import MtlError
 from mtl.models import heads as own_heads
-from mtl.task_types import BUILTIN
+from mtl.task_types import builtin_types
 
 FLAG = "trust_custom_code=true"
 
@@ -28,15 +29,16 @@ def _paths(cls: type, *modules: str) -> set[str]:
     return {f"{m}.{cls.__qualname__}" for m in (cls.__module__, *modules)}
 
 
+BUILTIN = builtin_types()
 OWN_TYPES: set[str] = set(BUILTIN)
 for _cls in BUILTIN.values():
     OWN_TYPES |= _paths(_cls, "mtl.task_types")
-OWN_HEADS: set[str] = set()  # the modules defined in mtl.models.heads and the types' modules
+OWN_HEADS: set[str] = set()  # the modules defined in mtl.models.heads, where mtl names them
 for _module in {own_heads, *(sys.modules[c.__module__] for c in BUILTIN.values())}:
-    for _cls in vars(_module).values():
+    for _name, _cls in vars(_module).items():
         if inspect.isclass(_cls) and issubclass(_cls, nn.Module):
-            if _cls.__module__ == _module.__name__:
-                OWN_HEADS |= _paths(_cls)
+            if _cls.__module__ == own_heads.__name__ and _name == _cls.__qualname__:
+                OWN_HEADS |= _paths(_cls, _module.__name__)
 
 
 def check_task(name: str, config: Any, head_class: str | None = None, *, trust: bool) -> None:
@@ -62,8 +64,9 @@ def check_task(name: str, config: Any, head_class: str | None = None, *, trust: 
     own_type = BUILTIN.get(type_name) or next(
         cls for cls in BUILTIN.values() if type_name in _paths(cls, "mtl.task_types")
     )
+    known = {m.name for m in own_type.known_metrics}
     for metric in get("metrics") or ():
-        if metric not in own_type.metric_functions:
+        if metric not in known:
             _refuse(name, "metric", metric)
 
 

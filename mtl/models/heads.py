@@ -11,9 +11,16 @@ Sentence-level heads pool in one of two ways (`pooling`):
 - `"mean"`: the average of the non-pad token states (the pooling all-MiniLM-L6-v2 was trained
   with); `head: {_target_: mtl.models.heads.SequenceClassificationHead, pooling: mean}`. Such a
   task is used through `mtl.load_model` / `mtl-predict` (no standard transformers class pools so).
+
+Export: a task type names its transformers counterpart (`TransformersModel`, from the type's
+`export_kind`), and a head that has one copies itself into that model (`to_transformers`); a
+head without `to_transformers` (a user's) has no standard transformers form.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +36,25 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 
 POOLINGS = ("cls", "mean")
+USE_MTL = "use mtl.load_model / mtl-predict"
+
+
+@dataclass(frozen=True)
+class TransformersModel:
+    """A task's standard transformers model: the `AutoModelFor...` class name, the config keys
+    it sets (labels, problem type) and the module of that model that a head's `out` becomes."""
+
+    auto_class: str
+    config: dict[str, Any]
+    out: str
+
+
+def _copy_linear(source: nn.Linear, target: Any, what: str) -> str | None:
+    if not isinstance(target, nn.Linear) or target.weight.shape != source.weight.shape:
+        return f"the transformers model has no linear {what} of the head's shape; {USE_MTL}"
+    with torch.no_grad():
+        target.load_state_dict(source.state_dict())
+    return None
 
 
 class PooledHead(nn.Module):
@@ -51,6 +77,19 @@ class PooledHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(self.pool(hidden, attention_mask)))
+
+    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
+        """Copy this head into `hf`: `pooler` onto BERT's `pooler.dense`, `out` onto module
+        `out`; None when done, else why it cannot (mean pooling, no BERT pooler)."""
+        if self.pooler is None:
+            return (
+                "head pools by mean; no standard transformers class does that: "
+                f"{USE_MTL}, or pooling cls"
+            )
+        dense = getattr(getattr(hf.base_model, "pooler", None), "dense", None)
+        return _copy_linear(self.pooler, dense, "BERT pooler") or _copy_linear(
+            self.out, getattr(hf, out, None), out
+        )
 
 
 def init_poolers(heads: dict[str, nn.Module], weight: torch.Tensor, bias: torch.Tensor) -> None:
@@ -85,6 +124,10 @@ class TokenClassificationHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(hidden))
+
+    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
+        """Copy `out` onto `hf`'s module `out` (None when done, else why it cannot)."""
+        return _copy_linear(self.out, getattr(hf, out, None), out)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = logits[:, : labels.shape[1]]
@@ -129,8 +172,57 @@ class QuestionAnsweringHead(nn.Module):
         padding = attention_mask.unsqueeze(-1) == 0
         return logits.masked_fill(padding, torch.finfo(logits.dtype).min)
 
+    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
+        """Copy `out` onto `hf`'s module `out` (None when done, else why it cannot)."""
+        return _copy_linear(self.out, getattr(hf, out, None), out)
+
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
         start = F.cross_entropy(logits[..., 0], labels[:, 0], ignore_index=IGNORE_INDEX)
         end = F.cross_entropy(logits[..., 1], labels[:, 1], ignore_index=IGNORE_INDEX)
         return (start + end) / 2
+
+
+class MultiLabelHead(SequenceClassificationHead):
+    """Pooled sentence vector -> one logit per label; binary cross-entropy per label.
+
+    `loss` reads the first `num_labels` columns of `labels`, so labels that a composite loader
+    right-padded (with -100) still line up.
+    """
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(
+            logits.float(), labels[:, : logits.shape[1]].float()
+        )
+
+
+class MultipleChoiceHead(PooledHead):
+    """Pooled vector of each choice row -> one score; softmax cross-entropy over each example's
+    choices (`pooling`: see above; "cls" is `BertForMultipleChoice`'s head).
+
+    `forward(hidden [N, L, H], attention_mask [N, L]) -> scores [N]`, a row with no tokens (an
+    empty filler choice) scoring the dtype's lowest value, so that it gets no probability.
+    `loss(scores [N], labels [B])`: the N rows are B examples of N / B choices each, in order.
+    """
+
+    def __init__(
+        self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1, pooling: str = "cls"
+    ):
+        super().__init__(hidden_size, 1, dropout, pooling)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        scores = super().forward(hidden, attention_mask).squeeze(-1)
+        empty = attention_mask.sum(-1) == 0
+        return scores.masked_fill(empty, torch.finfo(scores.dtype).min)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(by_example(logits, len(labels)).float(), labels)
+
+
+def by_example(scores: torch.Tensor, examples: int) -> torch.Tensor:
+    """Scores [B * C] of B examples' choices as [B, C]."""
+    if examples == 0 or scores.numel() % examples:
+        raise ValueError(
+            f"{scores.numel()} choice scores cannot be split evenly between {examples} examples"
+        )
+    return scores.reshape(examples, -1)

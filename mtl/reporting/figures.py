@@ -33,7 +33,7 @@ from matplotlib.ticker import MaxNLocator
 from mtl.artifacts import check_target, write_file
 from mtl.errors import MtlError
 from mtl.reporting.sweep import monitored
-from mtl.training.tracking import LOWER_IS_BETTER
+from mtl.task_types import metric_directions
 
 PANEL_W, PANEL_H = 4.6, 3.0
 
@@ -54,6 +54,17 @@ def read_rows(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def directions(folder: Path) -> dict[str, bool]:
+    """{"eval/<task>/<metric>": whether higher is better}, asked of the metrics of the tasks in
+    the run's `.hydra/config.yaml`; a metric not found there (no config, a metric of a module
+    that cannot be imported here) counts as higher-is-better."""
+    try:
+        config = yaml.safe_load((folder / ".hydra" / "config.yaml").read_text()) or {}
+        return metric_directions(config.get("task") or {})
+    except (OSError, yaml.YAMLError, MtlError, AttributeError, KeyError, TypeError):
+        return {}
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -84,8 +95,9 @@ def eval_tasks(keys: list[str]) -> dict[str, list[str]]:
 # -- a run -----------------------------------------------------------------------------------------
 
 
-def run_figures(rows: list[dict]) -> dict[str, Figure]:
-    """The run's figures by file stem; each panel's title names the key it plots."""
+def run_figures(rows: list[dict], higher: dict[str, bool] | None = None) -> dict[str, Figure]:
+    """The run's figures by file stem; each panel's title names the key it plots. `higher`:
+    each dev metric's direction (`directions`; unlisted: higher is better)."""
     tasks = [key.removeprefix("share/") for key in keys_with(rows, "share/")]
     figures = {
         "report_shares": shares_figure(rows, tasks),
@@ -94,7 +106,7 @@ def run_figures(rows: list[dict]) -> dict[str, Figure]:
     }
     evals = eval_tasks(keys_with(rows, "eval/"))
     if evals:
-        figures["report_dev"] = dev_figure(rows, evals)
+        figures["report_dev"] = dev_figure(rows, evals, higher or {})
     return figures
 
 
@@ -139,11 +151,11 @@ def losses_figure(rows: list[dict], tasks: list[str]) -> Figure:
     return fig
 
 
-def dev_figure(rows: list[dict], evals: dict[str, list[str]]) -> Figure:
+def dev_figure(rows: list[dict], evals: dict[str, list[str]], higher: dict[str, bool]) -> Figure:
     fig, axes = grid(len(evals), "Dev metrics at each evaluation")
     for ax, (task, metrics) in zip(axes, evals.items(), strict=True):
         # Lower-is-better metrics (errors, losses) have scales of their own: a right-hand axis.
-        lower = [m for m in metrics if m in LOWER_IS_BETTER]
+        lower = [m for m in metrics if not higher.get(f"eval/{task}/{m}", True)]
         right = ax.twinx() if lower and len(lower) < len(metrics) else None
         lines = []
         for i, metric in enumerate(metrics):
@@ -227,20 +239,23 @@ def sweep_figures(folder: Path) -> dict[str, Figure]:
     jobs = sweep_jobs(folder)
     labels = job_labels(jobs)
     found = [job_figures(job) for job in jobs]
+    higher = {key: up for job in jobs for key, up in directions(job).items()}
     return {
-        "report_sweep_monitor": monitor_figure(labels, found),
-        "report_sweep_metrics": metrics_figure(labels, [f for _, _, f in found]),
+        "report_sweep_monitor": monitor_figure(labels, found, higher),
+        "report_sweep_metrics": metrics_figure(labels, [f for _, _, f in found], higher),
     }
 
 
-def monitor_figure(labels: list[str], found: list[tuple[float, str, dict]]) -> Figure:
+def monitor_figure(
+    labels: list[str], found: list[tuple[float, str, dict]], higher: dict[str, bool]
+) -> Figure:
     values = [v for v, _, _ in found]
     what = sorted({w for v, w, _ in found if not math.isnan(v)}) or ["no evaluation yet"]
     width = max(6.0, 4.0 + 0.07 * max(len(label) for label in labels))
     fig = Figure(figsize=(width, 1.2 + 0.4 * len(labels)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    lower = any(w.split(" ")[0].rsplit("/", 1)[-1] in LOWER_IS_BETTER for w in what)
+    lower = any(not higher.get(w.split(" ")[0], True) for w in what)
     finite = [v for v in values if not math.isnan(v)]
     best = (min if lower else max)(finite) if finite else None
     colors = ["tab:green" if v == best else "tab:blue" for v in values]
@@ -258,7 +273,9 @@ def monitor_figure(labels: list[str], found: list[tuple[float, str, dict]]) -> F
     return fig
 
 
-def metrics_figure(labels: list[str], figures: list[dict[str, float]]) -> Figure:
+def metrics_figure(
+    labels: list[str], figures: list[dict[str, float]], higher: dict[str, bool]
+) -> Figure:
     """Jobs x (task, metric): each cell's value, coloured between its column's worst and best."""
     import numpy as np
 
@@ -270,7 +287,7 @@ def metrics_figure(labels: list[str], figures: list[dict[str, float]]) -> Figure
         col = values[:, j]
         lo, hi = np.nanmin(col) if np.isfinite(col).any() else 0, np.nanmax(col, initial=-np.inf)
         scaled = (col - lo) / (hi - lo) if hi > lo else np.full_like(col, 0.5)
-        shade[:, j] = 1 - scaled if column.rsplit("/", 1)[-1] in LOWER_IS_BETTER else scaled
+        shade[:, j] = scaled if higher.get(column, True) else 1 - scaled
     width = max(6.0, 2.5 + 0.07 * max(len(label) for label in labels) + 1.0 * len(columns))
     fig = Figure(figsize=(width, 1.8 + 0.45 * len(labels)), layout="constrained")
     FigureCanvasAgg(fig)
@@ -302,7 +319,7 @@ def report(folder: str | Path) -> list[Path]:
         rows = read_rows(folder / "metrics.jsonl")
         if not any("loss" in row for row in rows):
             raise MtlError(f"{folder / 'metrics.jsonl'} has no logged training step yet")
-        figures = run_figures(rows)
+        figures = run_figures(rows, directions(folder))
     elif sweep_jobs(folder):
         figures = sweep_figures(folder)
     else:

@@ -14,8 +14,8 @@ is `step`, the optimizer step mtl logs with every figure.
 (`.hydra/config.yaml`, `metrics.jsonl`) or a sweep folder (its jobs' overrides); `--tasks` names
 the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `--monitor`, else
 the `monitor` of the run's `results.json`, else each task's main dev metric. Its best value is
-the run summary's `<key>.max` (`.min` for losses and errors; see
-`mtl.training.tracking.summary_of`).
+the run summary's `<key>.max` (`.min` for losses and for metrics that declare lower values
+better, asked of the run's task types; see `mtl.training.tracking.summary_of`).
 
 `--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
 `wandb-workspaces` (`pip install 'mtl-train[dashboards]'`) and saved as a new view of the project
@@ -30,10 +30,9 @@ import sys
 from pathlib import Path
 
 import yaml
-from hydra.utils import get_class
 
 from mtl.errors import MtlError
-from mtl.task_types import BUILTIN
+from mtl.task_types import metric_directions, task_type_class
 from mtl.training.tracking import summary_of
 
 DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
@@ -58,9 +57,7 @@ def task_metrics(config: dict) -> dict[str, list[str]]:
     for name, task in config.get("task", {}).items():
         metrics = task.get("metrics")
         if not metrics:
-            kind = task["type"]
-            cls = BUILTIN[kind] if kind in BUILTIN else get_class(kind)
-            metrics = list(cls.default_metrics)
+            metrics = list(task_type_class(task["type"], name).default_metrics)
         tasks[name] = [m.rsplit(".", 1)[-1] for m in metrics]
     return tasks
 
@@ -88,6 +85,7 @@ def read_folder(folder: Path) -> dict:
     monitor = json.loads(results.read_text()).get("monitor") if results.is_file() else None
     return {
         "tasks": task_metrics(config),
+        "higher": metric_directions(config.get("task") or {}),
         "params": config_keys(keys, flat(config)) or config_keys(DEFAULT_PARAMS, flat(config)),
         "monitor": monitor,
     }
@@ -119,9 +117,10 @@ def line(title: str, keys: list[str] | None = None, regex: str | None = None) ->
     return panel
 
 
-def best(key: str) -> dict:
-    """A summary column: the run's best value of a logged key."""
-    agg = "min" if summary_of(key).startswith("min") else "max"
+def best(key: str, higher: dict[str, bool] | None = None) -> dict:
+    """A summary column: the run's best value of a logged key (`higher`: dev metrics'
+    directions, `mtl.task_types.metric_directions`; unlisted: higher is better)."""
+    agg = "min" if summary_of(key, higher).startswith("min") else "max"
     return {"summary": key, "agg": agg}
 
 
@@ -132,6 +131,7 @@ def workspace_spec(
     params: list[str],
     monitor: str | None = None,
     name: str = "mtl",
+    higher: dict[str, bool] | None = None,
 ) -> dict:
     """The workspace as plain data: sections of panels, each naming the keys it plots."""
     shares = [line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}"]) for t in tasks]
@@ -150,14 +150,14 @@ def workspace_spec(
         watched = [monitor]
     else:
         watched = [f"eval/{t}/{m[0]}" for t, m in tasks.items() if m] or ["loss"]
-    columns = [{"config": p} for p in params] + [best(k) for k in watched]
+    columns = [{"config": p} for p in params] + [best(k, higher) for k in watched]
     sweep = [{"type": "parallel_coordinates", "title": "swept parameters", "columns": columns}]
     sweep += [
         {
             "type": "scatter",
             "title": f"{watched[0]} vs {p}",
             "x": {"config": p},
-            "y": best(watched[0]),
+            "y": best(watched[0], higher),
         }
         for p in params
     ]
@@ -252,7 +252,15 @@ def main(argv: list[str] | None = None) -> None:
             found = {"tasks": dict.fromkeys(args.tasks.split(",")), "params": DEFAULT_PARAMS}
         params = args.params.split(",") if args.params else found["params"]
         monitor = args.monitor or found.get("monitor")
-        spec = workspace_spec(args.entity, args.project, found["tasks"], params, monitor, args.name)
+        spec = workspace_spec(
+            args.entity,
+            args.project,
+            found["tasks"],
+            params,
+            monitor,
+            args.name,
+            found.get("higher"),
+        )
         if args.dry_run:
             print(json.dumps(spec, indent=2))
             return

@@ -1,29 +1,62 @@
 """The task-type protocol: what one kind of task (classification, tagging, ...) provides.
 
-A task in `conf/task/<name>.yaml` names its type with `type:`, a built-in name
-(`mtl.task_types.BUILTIN`) or the import path of a `TaskType` subclass of your own. The type
-object reads the task's columns, encodes rows into token ids and labels, makes the head, turns
-the head's outputs into predictions and scores them with the task's `metrics`.
+A task in `conf/task/<name>.yaml` names its type with `type:`: a built-in type's short name
+(its `type_name`, e.g. `sequence_classification`) or the import path of a `TaskType` subclass of
+your own. The type object reads the task's columns, encodes rows into token ids and labels, makes
+the head, turns the head's outputs into predictions and scores them with the task's `metrics`.
+Its config keys are its `Options` dataclass: the common keys (`TaskConfig`) plus its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from hydra.utils import get_method, instantiate
+from hydra.utils import instantiate
 from torch import nn
 
 from mtl.batching import TaskCollator, TokenizedSplit
-from mtl.errors import MtlError
+from mtl.errors import MtlError, import_target
+from mtl.task_types.metrics import Metric, as_metric
 
-Metric = Callable[[Any, Any], float]
+
+@dataclass
+class TaskConfig:
+    """One task, `conf/task/<name>.yaml` with the header `# @package task.<name>`: the keys every
+    task type reads. A type with keys of its own declares `Options`, a subclass of this one
+    (`QuestionAnswering.Options` adds `stride`, ...); a task's file is checked against its
+    type's `Options`, so a mistyped key is refused with the closest name."""
+
+    type: str  # a task type: a built-in type's `type_name` or package.module.Class
+    source: dict[str, Any]  # {bundled: name} | {path: file} | {hub: name, config: ...}
+    batch_size: int = 32
+    max_length: int = 256
+    text_column: str = "text"
+    label_column: str = "label"
+    label_names: list[str] | None = None
+    dev_fraction: float = 0.1
+    text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
+    metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
+    head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
+
+    def check(self, name: str) -> None:
+        """The value rules of the common keys (a subclass adds its own, calling this one)."""
+        for key, low in (("batch_size", 1), ("max_length", 2)):
+            if getattr(self, key) < low:
+                raise MtlError(f"task.{name}.{key}={getattr(self, key)} must be >= {low}")
+        if not 0 < self.dev_fraction < 1:
+            raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
 
 
 class TaskType:
-    """One kind of task. Built once per task from its config (`mtl.config.TaskConfig`).
+    """One kind of task. Built once per task from its config (an instance of its `Options`).
+
+    Finding it: `type_name` is the short name a task file may give as `type:` (the built-in
+    types exported by `mtl.task_types` are found by asking them theirs); `Options` is the
+    dataclass of its config keys (`TaskConfig` or a subclass adding the type's own keys).
 
     Encoding: `encode` turns a batch of source rows into model rows with the columns
     `input_ids`, `labels`, `length` (tokens the samplers sort and budget by) and optionally
@@ -37,10 +70,15 @@ class TaskType:
     Scoring: `predict(logits, batch)` gives one prediction per row (plain Python or numpy);
     `score(predictions, dev)` gets every dev row's prediction in row order and returns
     `{metric name: value}` for the task's `metrics` (the first one is the task's main metric).
+    Metrics: `known_metrics` are the `Metric`s a task may name by their `name` (each knows
+    whether higher is better: `metric_directions()`); `default_metrics` the names used when the
+    config gives none. Export: `export_kind(label_names)` names the transformers model class
+    the type's own head maps onto (None: none does).
     """
 
-    #: Metric name -> function(predictions, references) -> float, as this type reads them.
-    metric_functions: ClassVar[dict[str, Metric]] = {}
+    type_name: ClassVar[str] = ""
+    Options: ClassVar[type[TaskConfig]] = TaskConfig
+    known_metrics: ClassVar[tuple[Metric, ...]] = ()
     default_metrics: ClassVar[tuple[str, ...]] = ()
     label_dtype: ClassVar[type] = np.int64
     token_labels: ClassVar[bool] = False
@@ -48,7 +86,7 @@ class TaskType:
     def __init__(self, name: str, config: Any) -> None:
         self.name = name
         self.config = config
-        self.metrics = self._resolve_metrics(list(config.metrics or self.default_metrics))
+        self.metrics = self.resolve_metrics(list(config.metrics or self.default_metrics), name)
 
     # -- data -------------------------------------------------------------------------------------
 
@@ -152,25 +190,39 @@ class TaskType:
     def main_metric(self) -> str:
         return next(iter(self.metrics))
 
-    def _resolve_metrics(self, names: list[str]) -> dict[str, Metric]:
+    def metric_directions(self) -> dict[str, bool]:
+        """{metric name: whether a higher value is better} of this task's metrics."""
+        return {name: m.higher_is_better for name, m in self.metrics.items()}
+
+    def export_kind(self, label_names: list[str] | None) -> Any:
+        """The transformers counterpart of this type's own head (`mtl.models.heads.HFModel`),
+        or None when no standard transformers model computes it (the default)."""
+        return None
+
+    @classmethod
+    def resolve_metrics(cls, names: list[str], task: str = "?") -> dict[str, Metric]:
+        """{logged name: Metric} for a task's `metrics:`: a name of one of `known_metrics`, or
+        `package.module.function` (logged by its last part)."""
         if not names:
-            raise MtlError(f"task {self.name!r}: metrics is empty; name at least one")
+            raise MtlError(f"task {task!r}: metrics is empty; name at least one")
+        known = {m.name: m for m in cls.known_metrics}
         resolved = {}
         for name in names:
-            if name in self.metric_functions:
-                resolved[name] = self.metric_functions[name]
+            if name in known:
+                resolved[name] = known[name]
             elif "." in name:
-                try:
-                    resolved[name.rsplit(".", 1)[-1]] = get_method(name)
-                except Exception as err:
+                short = name.rsplit(".", 1)[-1]
+                found = import_target(name, f"task.{task}.metrics")
+                if not callable(found):
                     raise MtlError(
-                        f"task {self.name!r}: metric {name!r} cannot be imported ({err}); "
-                        "give module.function of a function (predictions, references) -> float"
-                    ) from None
+                        f"task {task!r}: metric {name!r} is not a function; give "
+                        "module.function of a function (predictions, references) -> float"
+                    )
+                resolved[short] = as_metric(found, short)
             else:
                 raise MtlError(
-                    f"task {self.name!r}: unknown metric {name!r} for {type(self).__name__}; "
-                    f"choose from {', '.join(self.metric_functions)} or give module.function"
+                    f"task {task!r}: unknown metric {name!r} for {cls.__name__}; "
+                    f"choose from {', '.join(known)} or give module.function"
                 )
         return resolved
 

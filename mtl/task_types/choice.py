@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 from torch.utils.data import Dataset as TorchDataset
 
 from mtl.batching import (
@@ -31,41 +30,9 @@ from mtl.batching import (
     flat_list_column,
 )
 from mtl.errors import MtlError
-from mtl.models.heads import PooledHead
+from mtl.models.heads import MultipleChoiceHead, TransformersModel, by_example
 from mtl.task_types import metrics
-from mtl.task_types.base import TaskType, softmax
-
-
-class MultipleChoiceHead(PooledHead):
-    """Pooled vector of each choice row -> one score; softmax cross-entropy over each example's
-    choices (`pooling`: see `mtl.models.heads`; "cls" is `BertForMultipleChoice`'s head).
-
-    `forward(hidden [N, L, H], attention_mask [N, L]) -> scores [N]`, a row with no tokens (an
-    empty filler choice) scoring the dtype's lowest value, so that it gets no probability.
-    `loss(scores [N], labels [B])`: the N rows are B examples of N / B choices each, in order.
-    """
-
-    def __init__(
-        self, hidden_size: int, num_labels: int = 1, dropout: float = 0.1, pooling: str = "cls"
-    ):
-        super().__init__(hidden_size, 1, dropout, pooling)
-
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        scores = super().forward(hidden, attention_mask).squeeze(-1)
-        empty = attention_mask.sum(-1) == 0
-        return scores.masked_fill(empty, torch.finfo(scores.dtype).min)
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(by_example(logits, len(labels)).float(), labels)
-
-
-def by_example(scores: torch.Tensor, examples: int) -> torch.Tensor:
-    """Scores [B * C] of B examples' choices as [B, C]."""
-    if examples == 0 or scores.numel() % examples:
-        raise ValueError(
-            f"{scores.numel()} choice scores cannot be split evenly between {examples} examples"
-        )
-    return scores.reshape(examples, -1)
+from mtl.task_types.base import TaskConfig, TaskType, softmax
 
 
 @dataclass
@@ -185,7 +152,15 @@ class MultipleChoice(TaskType):
     right choice's index. One score per choice, softmax cross-entropy over the row's choices;
     predictions are the argmax choice, scored by `accuracy`."""
 
-    metric_functions = {"accuracy": metrics.accuracy}
+    @dataclass
+    class Options(TaskConfig):
+        """The common keys, and the columns of the choices and (optional) question."""
+
+        choices_column: str | None = None  # a list of strings per row
+        question_column: str | None = None  # put before each choice, if set
+
+    type_name = "multiple_choice"
+    known_metrics = (metrics.accuracy,)
     default_metrics = ("accuracy",)
 
     def __init__(self, name: str, config: Any) -> None:
@@ -250,6 +225,9 @@ class MultipleChoice(TaskType):
 
     def default_head(self, hidden_size, num_labels, dropout):
         return MultipleChoiceHead(hidden_size, dropout=dropout)
+
+    def export_kind(self, label_names):
+        return TransformersModel("AutoModelForMultipleChoice", {}, "classifier")
 
     def predict(self, logits: torch.Tensor, batch: dict) -> list[int]:
         """The index of each example's best-scored choice."""

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from mtl.errors import MtlError
-from mtl.models.heads import RegressionHead, SequenceClassificationHead
+from mtl.models.heads import RegressionHead, SequenceClassificationHead, TransformersModel
 from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values
 
@@ -34,6 +34,16 @@ def text_columns(config) -> list[str]:
     return [config.text_column, *pair, config.label_column]
 
 
+def label_config(label_names: list[str] | None) -> dict[str, Any]:
+    """The transformers config keys of a task's classes (`num_labels`, `id2label`, ...)."""
+    names = list(label_names or [])
+    return {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {n: i for i, n in enumerate(names)},
+    }
+
+
 def model_rows(enc, labels: list) -> dict[str, list]:
     out = {"input_ids": enc["input_ids"], "labels": labels}
     if "token_type_ids" in enc:
@@ -45,12 +55,8 @@ def model_rows(enc, labels: list) -> dict[str, list]:
 class SequenceClassification(TaskType):
     """One class per text or text pair; cross-entropy over `label_names` (names or ids)."""
 
-    metric_functions = {
-        "accuracy": metrics.accuracy,
-        "f1": metrics.f1,
-        "macro_f1": metrics.macro_f1,
-        "mcc": metrics.mcc,
-    }
+    type_name = "sequence_classification"
+    known_metrics = (metrics.accuracy, metrics.f1, metrics.macro_f1, metrics.mcc)
     default_metrics = ("accuracy",)
 
     def columns(self) -> list[str]:
@@ -68,15 +74,16 @@ class SequenceClassification(TaskType):
     def default_head(self, hidden_size, num_labels, dropout):
         return SequenceClassificationHead(hidden_size, num_labels, dropout=dropout)
 
+    def export_kind(self, label_names):
+        config = {**label_config(label_names), "problem_type": "single_label_classification"}
+        return TransformersModel("AutoModelForSequenceClassification", config, "classifier")
+
 
 class Regression(TaskType):
     """One real value per text or text pair; mean squared error."""
 
-    metric_functions = {
-        "pearson": metrics.pearson,
-        "spearman": metrics.spearman,
-        "mse": metrics.mse,
-    }
+    type_name = "regression"
+    known_metrics = (metrics.pearson, metrics.spearman, metrics.mse)
     default_metrics = ("pearson", "spearman", "mse")
     label_dtype = np.float32
 
@@ -92,6 +99,10 @@ class Regression(TaskType):
 
     def default_head(self, hidden_size, num_labels, dropout):
         return RegressionHead(hidden_size, dropout=dropout)
+
+    def export_kind(self, label_names):
+        config = {"num_labels": 1, "problem_type": "regression"}
+        return TransformersModel("AutoModelForSequenceClassification", config, "classifier")
 
     def predict(self, logits: torch.Tensor, batch: dict) -> list[float]:
         return logits.float().reshape(-1).cpu().tolist()

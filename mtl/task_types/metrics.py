@@ -1,8 +1,10 @@
-"""Dev metrics for GLUE, SQuAD, SWAG and CoNLL, each `(predictions, references) -> float`.
+"""Dev metrics for GLUE, SQuAD, SWAG and CoNLL, each a `Metric`: `(predictions, references) ->
+float` that knows whether a higher value is better.
 
 A task names its metrics in its config, `metrics: [mcc, accuracy]`; the first is its main one.
-Which names a task type understands is its `metric_functions` (`mtl.task_types`); a
-name of the form `module.function` imports a metric of your own.
+A name without a dot is one of its task type's `known_metrics` (found by the `Metric`'s own
+`name`); `package.module.function` imports a metric of your own, which is higher-is-better unless
+it is a `Metric(..., higher_is_better=False)` or made with `@metric(higher_is_better=False)`.
 
 Each function equals its reference (scikit-learn, scipy, seqeval, the official SQuAD script) to
 1e-6 and is written with numpy and plain Python so that none of those is needed at run time.
@@ -17,11 +19,49 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from mtl.errors import MtlError
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A dev metric: `fn(predictions, references) -> float`, called as the metric itself.
+
+    `name` is what a task's `metrics:` list and the logged key `eval/<task>/<name>` call it;
+    `higher_is_better` says which way the best value lies (W&B summaries, early stopping's
+    direction in reports, the figures).
+    """
+
+    fn: Callable[..., float]
+    name: str
+    higher_is_better: bool = True
+
+    def __call__(self, predictions, references) -> float:
+        return self.fn(predictions, references)
+
+
+def metric(
+    fn: Callable | None = None, *, name: str | None = None, higher_is_better: bool = True
+) -> Metric | Callable[[Callable], Metric]:
+    """`@metric` or `@metric(higher_is_better=False)`: a function as a `Metric` named after it."""
+
+    def wrap(f: Callable) -> Metric:
+        return Metric(f, name or f.__name__, higher_is_better)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def as_metric(obj: Callable, name: str) -> Metric:
+    """`obj` as a `Metric` called `name`: its own direction if it is one (or has a
+    `higher_is_better` attribute), else higher-is-better."""
+    if isinstance(obj, Metric):
+        return Metric(obj.fn, name, obj.higher_is_better)
+    return Metric(obj, name, bool(getattr(obj, "higher_is_better", True)))
+
 
 # Classification: int arrays of class ids, shape [n].
 
@@ -39,12 +79,14 @@ def _class_ids(predictions, references, name: str) -> tuple[np.ndarray, np.ndarr
     return _same_length(pred, ref, name)
 
 
+@metric
 def accuracy(predictions, references) -> float:
     """Fraction of examples whose predicted class equals the reference (sklearn accuracy_score)."""
     pred, ref = _class_ids(predictions, references, "accuracy")
     return float(np.mean(pred == ref)) if ref.size else 0.0
 
 
+@metric
 def f1(predictions, references) -> float:
     """F1 of class 1 for binary labels 0/1 (sklearn f1_score, average="binary")."""
     pred, ref = _class_ids(predictions, references, "f1")
@@ -55,6 +97,7 @@ def f1(predictions, references) -> float:
     return 2 * tp / (2 * tp + wrong) if tp else 0.0
 
 
+@metric
 def macro_f1(predictions, references) -> float:
     """Unweighted mean of per-class F1 over the classes in either (sklearn, average="macro")."""
     pred, ref = _class_ids(predictions, references, "macro_f1")
@@ -68,6 +111,7 @@ def macro_f1(predictions, references) -> float:
     return float(np.mean(2 * tp / total))
 
 
+@metric
 def mcc(predictions, references) -> float:
     """Matthews correlation, multi-class form (sklearn matthews_corrcoef); 0.0 if undefined."""
     pred, ref = _class_ids(predictions, references, "mcc")
@@ -101,6 +145,7 @@ def _indicators(predictions, references, name: str) -> tuple[np.ndarray, np.ndar
     return pred.astype(bool), ref.astype(bool)
 
 
+@metric
 def micro_f1(predictions, references) -> float:
     """F1 over all (example, label) cells of indicator matrices (sklearn, average="micro")."""
     pred, ref = _indicators(predictions, references, "micro_f1")
@@ -109,6 +154,7 @@ def micro_f1(predictions, references) -> float:
     return 2 * tp / (2 * tp + wrong) if tp else 0.0
 
 
+@metric
 def macro_f1_multilabel(predictions, references) -> float:
     """Mean F1 over the k label columns, 0 for a column never predicted nor true (sklearn macro)."""
     pred, ref = _indicators(predictions, references, "macro_f1_multilabel")
@@ -119,6 +165,7 @@ def macro_f1_multilabel(predictions, references) -> float:
     return float(np.mean(np.divide(2 * tp, total, out=np.zeros(tp.shape), where=total > 0)))
 
 
+@metric
 def subset_accuracy(predictions, references) -> float:
     """Fraction of examples whose whole label set is right (sklearn accuracy_score, multi-label)."""
     pred, ref = _indicators(predictions, references, "subset_accuracy")
@@ -156,11 +203,13 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
     return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
 
 
+@metric
 def pearson(predictions, references) -> float:
     """Pearson correlation (scipy.stats.pearsonr); 0.0 for a constant series or under 2 points."""
     return _correlation(*_floats(predictions, references, "pearson"))
 
 
+@metric
 def spearman(predictions, references) -> float:
     """Spearman correlation, ties given average ranks (scipy.stats.spearmanr); 0.0 if constant."""
     pred, ref = _floats(predictions, references, "spearman")
@@ -169,6 +218,7 @@ def spearman(predictions, references) -> float:
     return _correlation(_average_ranks(pred), _average_ranks(ref))
 
 
+@metric(higher_is_better=False)
 def mse(predictions, references) -> float:
     """Mean squared error (sklearn mean_squared_error)."""
     pred, ref = _floats(predictions, references, "mse")
@@ -225,24 +275,28 @@ def _span_counts(predictions, references, name: str) -> tuple[int, int, int]:
     return len(pred & ref), len(pred), len(ref)
 
 
+@metric
 def span_precision(predictions, references) -> float:
     """Fraction of predicted spans that match a reference span exactly (seqeval strict IOB2)."""
     tp, n_pred, _ = _span_counts(predictions, references, "span_precision")
     return tp / n_pred if n_pred else 0.0
 
 
+@metric
 def span_recall(predictions, references) -> float:
     """Fraction of reference spans predicted exactly (seqeval recall_score, strict IOB2)."""
     tp, _, n_ref = _span_counts(predictions, references, "span_recall")
     return tp / n_ref if n_ref else 0.0
 
 
+@metric
 def span_f1(predictions, references) -> float:
     """Micro F1 of exactly matching spans over all types (seqeval f1_score, strict IOB2)."""
     tp, n_pred, n_ref = _span_counts(predictions, references, "span_f1")
     return 2 * tp / (n_pred + n_ref) if tp else 0.0
 
 
+@metric
 def token_accuracy(predictions, references) -> float:
     """Fraction of words whose tag equals the reference tag (seqeval accuracy_score)."""
     pairs = _sentences(predictions, references, "token_accuracy")
@@ -287,12 +341,14 @@ def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
     return 2 * same / (len(pred_tokens) + len(gold_tokens))
 
 
+@metric
 def exact_match(predictions, references) -> float:
     """Fraction of questions whose normalised answer equals a normalised gold answer (SQuAD)."""
     pairs = _qa_pairs(predictions, references, "exact_match")
     return sum(pred in golds for pred, golds in pairs) / len(pairs) if pairs else 0.0
 
 
+@metric
 def squad_f1(predictions, references) -> float:
     """Mean over questions of the best bag-of-tokens F1 against a gold answer (SQuAD)."""
     pairs = _qa_pairs(predictions, references, "squad_f1")
@@ -314,18 +370,21 @@ def _tag_counts(predictions, references) -> tuple[int, int, int]:
     return tp, predicted, gold
 
 
+@metric
 def tag_precision(predictions, references) -> float:
     """Per-word precision over every tag but "O" (micro-averaged)."""
     tp, predicted, _ = _tag_counts(predictions, references)
     return tp / predicted if predicted else 0.0
 
 
+@metric
 def tag_recall(predictions, references) -> float:
     """Per-word recall over every tag but "O" (micro-averaged)."""
     tp, _, gold = _tag_counts(predictions, references)
     return tp / gold if gold else 0.0
 
 
+@metric
 def tag_f1(predictions, references) -> float:
     """Per-word F1 over every tag but "O" (micro-averaged): sklearn's f1_score(average="micro")
     with labels = every tag but "O", on the flattened words."""

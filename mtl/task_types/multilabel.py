@@ -7,26 +7,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from mtl.errors import MtlError
-from mtl.models.heads import SequenceClassificationHead
+from mtl.models.heads import MultiLabelHead, TransformersModel
 from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values
-from mtl.task_types.classification import encode_texts, model_rows, text_columns
-
-
-class MultiLabelHead(SequenceClassificationHead):
-    """Pooled sentence vector -> one logit per label; binary cross-entropy per label.
-
-    `loss` reads the first `num_labels` columns of `labels`, so labels that a composite loader
-    right-padded (with -100) still line up.
-    """
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.binary_cross_entropy_with_logits(
-            logits.float(), labels[:, : logits.shape[1]].float()
-        )
+from mtl.task_types.classification import encode_texts, label_config, model_rows, text_columns
 
 
 def multi_hot_split(data):
@@ -63,11 +49,12 @@ class MultiLabelClassification(TaskType):
     (the whole set right), as scikit-learn computes them for indicator matrices.
     """
 
-    metric_functions = {
-        "micro_f1": metrics.micro_f1,
-        "macro_f1": metrics.macro_f1_multilabel,
-        "subset_accuracy": metrics.subset_accuracy,
-    }
+    type_name = "multi_label_classification"
+    known_metrics = (
+        metrics.micro_f1,
+        metrics.as_metric(metrics.macro_f1_multilabel, "macro_f1"),
+        metrics.subset_accuracy,
+    )
     default_metrics = ("micro_f1", "macro_f1", "subset_accuracy")
     label_dtype = np.float32
 
@@ -108,6 +95,10 @@ class MultiLabelClassification(TaskType):
 
     def default_head(self, hidden_size, num_labels, dropout):
         return MultiLabelHead(hidden_size, num_labels, dropout=dropout)
+
+    def export_kind(self, label_names):
+        config = {**label_config(label_names), "problem_type": "multi_label_classification"}
+        return TransformersModel("AutoModelForSequenceClassification", config, "classifier")
 
     def predict(self, logits: torch.Tensor, batch: dict) -> list[list[int]]:
         """The 0/1 indicator row of every example: label k where sigmoid(logit k) > 0.5."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,9 +21,9 @@ import pyarrow as pa
 import torch
 
 from mtl.errors import MtlError
-from mtl.models.heads import QuestionAnsweringHead
+from mtl.models.heads import QuestionAnsweringHead, TransformersModel
 from mtl.task_types import metrics
-from mtl.task_types.base import TaskType
+from mtl.task_types.base import TaskConfig, TaskType
 
 NO_ANSWER = (0, 0)  # start and end at [CLS], the first token
 OUTSIDE = -1  # the character offset stored for a token outside the context
@@ -50,7 +51,18 @@ class QuestionAnswering(TaskType):
     against every gold answer of the question).
     """
 
-    metric_functions = {"exact_match": metrics.exact_match, "f1": metrics.squad_f1}
+    @dataclass
+    class Options(TaskConfig):
+        """The common keys, and the QA columns (null: question, context, answers) and `stride`."""
+
+        question_column: str | None = None
+        context_column: str | None = None  # the passage answers are taken from
+        answers_column: str | None = None  # {text: [...], answer_start: [...]}
+        # tokens shared by consecutive windows of a long context; null: max_length // 4
+        stride: int | None = None
+
+    type_name = "question_answering"
+    known_metrics = (metrics.exact_match, metrics.as_metric(metrics.squad_f1, "f1"))
     default_metrics = ("exact_match", "f1")
     max_answer_length: ClassVar[int] = 30
     null_threshold: ClassVar[float] = 0.0
@@ -140,6 +152,9 @@ class QuestionAnswering(TaskType):
 
     def default_head(self, hidden_size, num_labels, dropout):
         return QuestionAnsweringHead(hidden_size, dropout=dropout)
+
+    def export_kind(self, label_names):
+        return TransformersModel("AutoModelForQuestionAnswering", {"num_labels": 2}, "qa_outputs")
 
     # -- scoring ----------------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ import torch
 
 from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
-from mtl.models.heads import TokenClassificationHead
+from mtl.models.heads import TokenClassificationHead, TransformersModel
 from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values, softmax
+from mtl.task_types.classification import label_config
 
 
 def is_bio(tags: Iterable[str]) -> bool:
@@ -19,14 +20,14 @@ def is_bio(tags: Iterable[str]) -> bool:
     return all(t == "O" or t[:2] in ("B-", "I-") for t in tags)
 
 
-def by_scheme(span_metric, tag_metric):
-    """A tagging metric: per entity span when every tag is BIO, else per word."""
+def by_scheme(name: str, span_metric, tag_metric) -> metrics.Metric:
+    """A tagging metric called `name`: per entity span when every tag is BIO, else per word."""
 
     def metric(predictions, references) -> float:
         tags = {t for rows in (predictions, references) for row in rows for t in row}
         return (span_metric if is_bio(tags) else tag_metric)(predictions, references)
 
-    return metric
+    return metrics.Metric(metric, name, span_metric.higher_is_better)
 
 
 class TokenClassification(TaskType):
@@ -38,12 +39,13 @@ class TokenClassification(TaskType):
     tag but "O". `accuracy` is per word.
     """
 
-    metric_functions = {
-        "f1": by_scheme(metrics.span_f1, metrics.tag_f1),
-        "precision": by_scheme(metrics.span_precision, metrics.tag_precision),
-        "recall": by_scheme(metrics.span_recall, metrics.tag_recall),
-        "accuracy": metrics.token_accuracy,
-    }
+    type_name = "token_classification"
+    known_metrics = (
+        by_scheme("f1", metrics.span_f1, metrics.tag_f1),
+        by_scheme("precision", metrics.span_precision, metrics.tag_precision),
+        by_scheme("recall", metrics.span_recall, metrics.tag_recall),
+        metrics.as_metric(metrics.token_accuracy, "accuracy"),
+    )
     default_metrics = ("f1", "precision", "recall", "accuracy")
     token_labels = True
 
@@ -84,6 +86,10 @@ class TokenClassification(TaskType):
 
     def default_head(self, hidden_size, num_labels, dropout):
         return TokenClassificationHead(hidden_size, num_labels, dropout=dropout)
+
+    def export_kind(self, label_names):
+        config = label_config(label_names)
+        return TransformersModel("AutoModelForTokenClassification", config, "classifier")
 
     def predict(self, logits: torch.Tensor, batch: dict) -> list[list[int]]:
         """The tag id of every scored word (positions whose label is not -100)."""

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from mtl.config import LoggerConfig
 from mtl.errors import MtlError
+from mtl.task_types import metric_directions
 
 
 class RunLogger:
@@ -52,6 +53,7 @@ class RunLogger:
         self.use_tracker = settings.backend == "wandb" and settings.mode != "disabled"
         self.path = Path(run_dir) / "metrics.jsonl"
         self.defined: set[str] = set()  # keys given to W&B's define_metric
+        self.higher_is_better = metric_directions(config.get("task") or {})  # eval/<task>/<m>
         self.rows = len(history)
         self.seen, self.said = seen, False
         if not accelerator.is_main_process:
@@ -102,7 +104,8 @@ class RunLogger:
                 self.said = True
             return
         for key in figures.keys() - self.defined:
-            self.run.define_metric(key, step_metric="step", summary=summary_of(key))
+            summary = summary_of(key, self.higher_is_better)
+            self.run.define_metric(key, step_metric="step", summary=summary)
             self.defined.add(key)
         self.accelerator.log({"step": step, **figures}, step=step)
 
@@ -111,18 +114,14 @@ class RunLogger:
             self.accelerator.end_training()
 
 
-LOWER_IS_BETTER = ("mse", "mae", "rmse", "loss", "perplexity")
-
-
-def summary_of(key: str) -> str:
+def summary_of(key: str, higher_is_better: dict[str, bool] | None = None) -> str:
     """W&B summary of a logged key: the best value (and the last) for losses and dev metrics,
-    the last value for everything else (shares, throughput, learning rate)."""
-    name = key.rsplit("/", 1)[-1]
-    lower = key.startswith("eval/") and name in LOWER_IS_BETTER
-    if key == "loss" or key.startswith("loss/") or lower:
+    the last value for everything else (shares, throughput, learning rate). A dev metric's best
+    is its maximum unless `higher_is_better[key]` (its metric's own direction) is False."""
+    if key == "loss" or key.startswith("loss/"):
         return "min,last"
     if key.startswith("eval/"):
-        return "max,last"
+        return "max,last" if (higher_is_better or {}).get(key, True) else "min,last"
     return "last"
 
 

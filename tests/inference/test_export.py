@@ -89,7 +89,7 @@ def task_files(folder: Path) -> Path:
     (conf / "own_reg.yaml").write_text(
         "# @package task.own_reg\ntype: regression\n"
         "source: {bundled: synthetic_reg, size: 100}\nmax_length: 32\n"
-        "head: {_target_: mtl.task_types.multilabel.MultiLabelHead}\n"
+        "head: {_target_: mtl.models.heads.MultiLabelHead}\n"
     )
     return folder
 

@@ -13,10 +13,19 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from matplotlib.colors import to_rgba
 
 from mtl.config import register_configs
 from mtl.reporting import workspace
-from mtl.reporting.figures import job_figures, main, read_rows, report, run_figures, sweep_figures
+from mtl.reporting.figures import (
+    directions,
+    job_figures,
+    main,
+    read_rows,
+    report,
+    run_figures,
+    sweep_figures,
+)
 from mtl.training.loop import run
 from mtl.training.wandb_file import records
 
@@ -66,7 +75,9 @@ def test_run_report_writes_a_png_per_concern(run_dir, capsys):
 
 def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
     rows = read_rows(run_dir / "metrics.jsonl")
-    figures = run_figures(rows)
+    higher = directions(run_dir)  # asked of the run's task types, through .hydra/config.yaml
+    assert higher["eval/synthetic_reg/mse"] is False and higher["eval/synthetic_cls/accuracy"]
+    figures = run_figures(rows, higher)
     shares = figures["report_shares"].axes
     assert [ax.get_title() for ax in shares] == TASKS
     for ax, task in zip(shares, TASKS, strict=True):
@@ -83,7 +94,27 @@ def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
     evals = [row for row in rows if "eval/synthetic_reg/mse" in row]
     mse = next(line for ax in dev for line in ax.get_lines() if "mse" in line.get_label())
     assert list(mse.get_ydata()) == [row["eval/synthetic_reg/mse"] for row in evals]
+    assert mse.get_label() == "mse (lower is better, right)"
     assert len(evals) == 4
+    # without directions every metric counts as higher-is-better: no right-hand axis
+    assert len(run_figures(rows)["report_dev"].axes) == len(TASKS)
+
+
+def test_sweep_figures_ask_each_metric_which_way_is_better(tmp_path):
+    a = {"eval/b/pearson": 0.3, "eval/b/mse": 2.0}
+    b = {"eval/b/pearson": 0.4, "eval/b/mse": 1.0}
+    for i, figures in enumerate([a, b]):
+        job = tmp_path / f"{i}_seed={i}"
+        write_job(job, [f"seed={i}"], [figures], {"monitor": "eval/b/mse", "best": figures})
+        config = {"task": {"b": {"type": "regression", "metrics": ["pearson", "mse"]}}}
+        (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    figures = sweep_figures(tmp_path)
+    bars = figures["report_sweep_monitor"].axes[0]
+    assert "lower is better" in bars.get_title()
+    assert [p.get_facecolor() for p in bars.patches][1] == to_rgba("tab:green")  # mse 1.0
+    shade = figures["report_sweep_metrics"].axes[0].images[0].get_array()
+    assert shade[:, 0].tolist() == [0.0, 1.0]  # pearson: the higher, the better
+    assert shade[:, 1].tolist() == [0.0, 1.0]  # mse: the lower, the better
 
 
 def write_job(folder: Path, overrides: list[str], evals: list[dict], results: dict | None):

@@ -16,9 +16,9 @@ from mtl.config import TaskConfig
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
+from mtl.models.heads import MultiLabelHead
 from mtl.samplers import RandomBatchSampler
-from mtl.task_types import BUILTIN, MultiLabelClassification
-from mtl.task_types.multilabel import MultiLabelHead
+from mtl.task_types import MultiLabelClassification, builtin_types
 from mtl.training.loop import run
 
 TOPICS = ["arts", "politics", "sports", "tech"]
@@ -61,7 +61,7 @@ def build(source, **options):
 
 
 def test_is_a_builtin_type():
-    assert BUILTIN["multi_label_classification"] is MultiLabelClassification
+    assert builtin_types()["multi_label_classification"] is MultiLabelClassification
 
 
 def test_labels_are_multi_hot_rows_and_batches_hold_float_b_by_k(files):

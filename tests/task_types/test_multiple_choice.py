@@ -16,8 +16,8 @@ from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models import MultiTaskModel, load_encoder
+from mtl.models.heads import MultipleChoiceHead
 from mtl.samplers import RandomBatchSampler
-from mtl.task_types.choice import MultipleChoiceHead
 from mtl.training.build import build_tasks, build_train_loaders
 from mtl.training.loop import run
 

@@ -262,10 +262,10 @@ def test_predict_gives_each_rows_logits_trimmed_to_its_length():
 
 
 def build_qa_type(**options):
-    from mtl.task_types import task_type_class
+    from mtl.task_types import QuestionAnswering
 
-    config = TaskConfig(type="question_answering", source={}, **options)
-    return task_type_class("question_answering")("qa", config)
+    config = QuestionAnswering.Options(type="question_answering", source={}, **options)
+    return QuestionAnswering("qa", config)
 
 
 # -- head and mixup -----------------------------------------------------------------------------

@@ -1,20 +1,29 @@
-"""A task type: star ratings (1-5) learned as one real value, scored as the nearest star."""
+"""A task type: star ratings (1..max_stars) learned as one real value, scored as the nearest
+star. It has a config key of its own (`max_stars`) and a lower-is-better metric (`mae`)."""
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from mtl.models.heads import RegressionHead
-from mtl.task_types import TaskType, metrics
+from mtl.task_types import TaskConfig, TaskType, metric, metrics
 
 
+@metric(name="mae", higher_is_better=False)
 def mean_abs_error(predictions, references) -> float:
+    """Mean absolute error, in stars."""
     return float(np.mean(np.abs(np.asarray(predictions) - np.asarray(references))))
 
 
 class StarRating(TaskType):
-    """`text_column` -> a rating in 1..5 (`label_column`); trained with MSE on the value,
-    predicted as the nearest star; metrics `accuracy` (exact star) and `mae`."""
+    """`text_column` -> a rating in 1..`max_stars` (`label_column`); trained with MSE on the
+    value, predicted as the nearest star; metrics `accuracy` (exact star) and `mae`."""
 
-    metric_functions = {"accuracy": metrics.accuracy, "mae": mean_abs_error}
+    @dataclass
+    class Options(TaskConfig):
+        max_stars: int = 5  # the highest rating; predictions are clamped to 1..max_stars
+
+    known_metrics = (metrics.accuracy, mean_abs_error)
     default_metrics = ("accuracy", "mae")
     label_dtype = np.float32
 
@@ -38,7 +47,8 @@ class StarRating(TaskType):
         return RegressionHead(hidden_size, dropout=dropout)
 
     def predict(self, logits, batch) -> list[int]:
-        return logits.float().reshape(-1).round().clamp(1, 5).int().cpu().tolist()
+        stars = logits.float().reshape(-1).round().clamp(1, self.config.max_stars)
+        return stars.int().cpu().tolist()
 
     def prepare(self, predictions, references, label_names):
         return np.asarray(predictions), np.rint(np.asarray(references)).astype(int)
