@@ -75,7 +75,8 @@ def check_sampler(
             _check_epoch(batches, len(sampler), len(case), where, epoch, every)
             if fixed_batch_size:
                 short = [b for b in batches if len(b) != batch_size]
-                assert len(short) <= 1 and all(len(b) < batch_size for b in short), (
+                fits = all(batch_size is not None and len(b) < batch_size for b in short)
+                assert len(short) <= 1 and fits, (
                     f"{where}, epoch {epoch}: batch sizes {sorted(map(len, batches))}"
                 )
             assert _epoch(build(), epoch) == batches, f"{where}, epoch {epoch}: a twin differs"
