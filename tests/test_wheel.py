@@ -85,8 +85,12 @@ def test_wheel_trains_and_predicts_from_an_empty_folder(tmp_path):
     python = fresh_venv(venv, wheel, env)
     work = tmp_path / "empty"
     work.mkdir()
-    where = run([python, "-c", "import mtl; print(mtl.__file__)"], work, env).stdout.strip()
+    check = (
+        "import sys, mtl; print(mtl.__file__); print([m for m in sys.modules if 'editable' in m])"
+    )
+    where, editable = run([python, "-c", check], work, env).stdout.splitlines()
     assert Path(where).is_relative_to(venv), f"mtl imported from {where}, not the fresh venv"
+    assert editable == "[]", f"an editable install's finder was loaded: {editable}"
 
     train = run([venv / "bin" / "mtl-train", "model=tiny", "debug=fast", "logger=none"], work, env)
     (run_dir,) = (work / "outputs" / "runs").glob("*/*")
