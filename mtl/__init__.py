@@ -1,9 +1,18 @@
 """mtl: multi-task training with one shared encoder and a head per task."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mtl.inference.export import LoadedModel
+
 __version__ = "0.1.0"
 
 
-def load_model(path, *, trust_custom_code: bool = False):
+def load_model(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:
     """A trained model from an export or run folder (see `mtl.inference.export.load_model`).
     Only mtl's own task types and heads are built unless `trust_custom_code=True` (it imports and
     runs the code that the model's `mtl_tasks.json` names)."""

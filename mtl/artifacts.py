@@ -27,6 +27,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from mtl.errors import MtlError
 
@@ -103,7 +104,7 @@ def check_target(
     raise MtlError(f"{what}={path} exists; give overwrite=true to replace it, or another path")
 
 
-def write_folder(path: str | Path, fill: Callable[[Path], None], **check) -> Path:
+def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -> Path:
     """Make folder `path` whole or not at all: `fill(tmp)` writes into a new hidden sibling,
     which then takes the place of `path` (an old folder there is deleted only after the swap).
     `check`: the keywords of `check_target`, which runs first."""
@@ -123,7 +124,9 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check) -> Pat
     return target
 
 
-def write_file(path: str | Path, data: str | bytes | Callable, **check) -> Path:
+def write_file(
+    path: str | Path, data: str | bytes | Callable[[BinaryIO], object], **check: Any
+) -> Path:
     """Make file `path` whole or not at all: `data` (text, bytes, or `data(f)` writing to a
     binary file object) goes to a hidden sibling renamed into place. `check`: as `write_folder`."""
     target = check_target(path, folder=False, **check)

@@ -65,7 +65,7 @@ def check_sampler(
         case = np.asarray(case)
         where = f"{len(case)} examples, batch_size {batch_size}"
 
-        def build(replicas: int = 1, rank: int = 0, case=case) -> Any:
+        def build(replicas: int = 1, rank: int = 0, case: np.ndarray = case) -> Any:
             return make(case, batch_size, seed=seed, num_replicas=replicas, rank=rank)
 
         sampler = build()
@@ -75,7 +75,8 @@ def check_sampler(
             _check_epoch(batches, len(sampler), len(case), where, epoch, every)
             if fixed_batch_size:
                 short = [b for b in batches if len(b) != batch_size]
-                assert len(short) <= 1 and all(len(b) < batch_size for b in short), (
+                fits = all(batch_size is not None and len(b) < batch_size for b in short)
+                assert len(short) <= 1 and fits, (
                     f"{where}, epoch {epoch}: batch sizes {sorted(map(len, batches))}"
                 )
             assert _epoch(build(), epoch) == batches, f"{where}, epoch {epoch}: a twin differs"
@@ -103,7 +104,9 @@ def _check_epoch(
         assert len(flat) == n, f"{where}, epoch {epoch}: {n - len(flat)} examples left out"
 
 
-def check_sharding(build: Callable[[int, int], Any], replicas: int, *, epoch: int, where: str):
+def check_sharding(
+    build: Callable[[int, int], Any], replicas: int, *, epoch: int, where: str
+) -> None:
     """`build(num_replicas, rank)`: equal `len()` on every rank, and the ranks' batches together
     are the single-process epoch padded by repeating its first batches (the only duplicates)."""
     plain = _epoch(build(1, 0), epoch)
@@ -225,7 +228,9 @@ def check_loader(
                     )
 
 
-def _build(make: Callable[..., Any], case: dict[str, int], seed: int, resumable: bool):
+def _build(
+    make: Callable[..., Any], case: dict[str, int], seed: int, resumable: bool
+) -> tuple[Any, dict[str, ToyTask], list]:
     log: list = []
     tasks = toy_tasks(case, log, resumable)
     extra = {"pad_token_id": 0} if "pad_token_id" in inspect.signature(make).parameters else {}
@@ -249,7 +254,14 @@ def _steps(loader: Any, log: list, limit: int | None = None) -> list[tuple[Step,
     return steps
 
 
-def _check_epochs(make, case, seed, resumable, epochs, where) -> list[list[Step]]:
+def _check_epochs(
+    make: Callable[..., Any],
+    case: dict[str, int],
+    seed: int,
+    resumable: bool,
+    epochs: int,
+    where: str,
+) -> list[list[Step]]:
     loader, tasks, log = _build(make, case, seed, resumable)
     twin, _, twin_log = _build(make, case, seed, resumable)
     cursors: dict[str, tuple[int, int]] = {}
@@ -277,7 +289,7 @@ def _check_epochs(make, case, seed, resumable, epochs, where) -> list[list[Step]
     return runs
 
 
-def _check_passes(keys: list[Step], tasks: dict[str, ToyTask], cursors: dict, where: str):
+def _check_passes(keys: list[Step], tasks: dict[str, ToyTask], cursors: dict, where: str) -> None:
     """Each task's batches: its passes in order, each in its sampler's order, none twice."""
     seen = set()
     for step, key in enumerate(keys):
@@ -298,7 +310,14 @@ def _check_passes(keys: list[Step], tasks: dict[str, ToyTask], cursors: dict, wh
             seen.add(name)
 
 
-def _resume(make, case, seed, resumable, epoch, k) -> list[list[Step]]:
+def _resume(
+    make: Callable[..., Any],
+    case: dict[str, int],
+    seed: int,
+    resumable: bool,
+    epoch: int,
+    k: int,
+) -> list[list[Step]]:
     """Steps after a resume from the state after step k of `epoch`: that epoch's, the next's."""
     loader, _, log = _build(make, case, seed, resumable)
     for _ in range(epoch):
