@@ -92,4 +92,3 @@ class TaskCollator:
             f"label_dtype={self.label_dtype.__name__}, "
             f"token_labels={self.token_labels})"
         )
-

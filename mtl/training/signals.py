@@ -13,8 +13,7 @@ import torch
 from mtl.artifacts import resume_override
 
 STOP_MESSAGE = (
-    "mtl: received {signal}: saving a checkpoint at step {step} and stopping; "
-    "resume with {resume}"
+    "mtl: received {signal}: saving a checkpoint at step {step} and stopping; resume with {resume}"
 )
 
 

@@ -186,4 +186,3 @@ def configured_loader(name: str, loaders: dict, seed: int = 0, **options):
 @pytest.fixture(scope="session")
 def build_loader():
     return configured_loader
-
