@@ -175,6 +175,14 @@ def private_imports() -> list[str]:
     return found
 
 
+# Private names of other libraries mtl uses on purpose, each because no public API does it.
+ALLOWED_PRIVATE_IMPORTS = {
+    # The default process group may be started before the config is read (`start_launch`);
+    # torch has no public call that changes its timeout afterwards (`trainer.dist_timeout_s`).
+    "from torch.distributed.distributed_c10d import _set_pg_timeout",
+}
+
+
 def test_no_module_imports_private_names():
-    found = private_imports()
+    found = [f for f in private_imports() if f.split(" ", 1)[1] not in ALLOWED_PRIVATE_IMPORTS]
     assert not found, f"{len(found)} private names imported:\n" + "\n".join(found)
