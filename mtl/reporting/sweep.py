@@ -63,7 +63,7 @@ class JobFailed(MtlError):
 
     @classmethod
     def from_exit(cls, stop: SystemExit) -> JobFailed:
-        cause = stop.__context__  # mtl.training.loop.main exits while handling the MtlError
+        cause = stop.__context__  # mtl.cli.job.main exits while handling the MtlError
         if isinstance(cause, MtlError):
             return cls(first_line(cause))
         return cls(f"the job exited with status {stop.code}")
