@@ -118,7 +118,7 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -
             _swap(tmp, target)  # tmp now holds the old folder
         else:
             _rename_new(tmp, target)
-        _fsync(target.parent)
+        fsync(target.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
@@ -144,7 +144,7 @@ def write_file(
             os.replace(tmp, target)
         else:
             _rename_new(tmp, target)
-        _fsync(target.parent)
+        fsync(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
     return target
@@ -215,11 +215,12 @@ def _swap(tmp: Path, target: Path) -> None:
 def _sync_tree(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_file() and not path.is_symlink():
-            _fsync(path)
-    _fsync(folder)
+            fsync(path)
+    fsync(folder)
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Flush a file or folder to disk (a folder: the names in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mtl.artifacts import HEADS_FILE, is_export
+from mtl.artifacts import HEADS_FILE, fsync, is_export
 from mtl.errors import MtlError
 from mtl.models import load_encoder
 from mtl.training.distributed import env_rank
@@ -106,22 +106,14 @@ def _seal(folder: Path, step: int) -> None:
     files = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file():
-            _fsync(path)
+            fsync(path)
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
     marker = folder / MARKER
     with open(marker, "w") as f:
         json.dump({"step": step, "files": files}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    _fsync(folder)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync(folder)
 
 
 def _put_in_place(tmp: Path, final: Path) -> None:
@@ -131,7 +123,7 @@ def _put_in_place(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync(final.parent)
+    fsync(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 
 from mtl.errors import MtlError
 from mtl.training.checkpoint import MARKER, resolve_checkpoint, save_checkpoint
-from mtl.training.signals import STOP_MESSAGE, StopSignal
+from mtl.training.signals import StopSignal
 from mtl.training.state import TrainState
 from mtl.training.tracking import ShareMeter
 
@@ -213,8 +213,9 @@ def test_stop_signal_requests_a_stop_and_restores_handlers(setup, tmp_path, sign
             assert stop.should_stop(setup.accelerator)
             assert stop.should_stop(setup.accelerator)  # and stays so
             name = signal.Signals(signum).name
-            assert stop.message(7, tmp_path) == STOP_MESSAGE.format(
-                signal=name, step=7, run_dir=tmp_path
+            assert stop.message(7, tmp_path) == (
+                f"mtl: received {name}: saving a checkpoint at step 7 and stopping; "
+                f"resume with trainer.resume={tmp_path}"
             )
             assert stop.message(7, tmp_path).startswith(f"mtl: received {name}: saving")
         assert signal.getsignal(signum) is before
