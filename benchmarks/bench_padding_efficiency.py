@@ -28,6 +28,7 @@ import numpy as np
 from harness import cut, emit, hf_length_grouped, lognormal_lengths, parser, ratios, table
 
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
+from mtl.task_types import task_config
 
 SORT_BS_NUMS = (1, 10, 50, 100, None)
 Batches = Callable[[np.ndarray, int], list]  # (lengths, epoch) -> that epoch's batches
@@ -95,11 +96,10 @@ def peer_rows(batch_size: int, seed: int) -> tuple[dict[str, Batches], list[str]
 
 
 def pydoc_lengths() -> np.ndarray:
-    from mtl.config import TaskConfig
     from mtl.data import build_task_from_config, load_tokenizer
 
-    config = TaskConfig(
-        type="sequence_classification", source={"bundled": "pydoc_topic"}, max_length=256
+    config = task_config(
+        dict(type="sequence_classification", source={"bundled": "pydoc_topic"}, max_length=256)
     )
     task = build_task_from_config("pydoc_topic", config, load_tokenizer())
     return np.asarray(task.train["length"])

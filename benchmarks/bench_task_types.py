@@ -23,13 +23,15 @@ from harness import CONF, emit, parser, table
 from mtl.config import TaskConfig
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
+from mtl.task_types import task_config as options_of
 
 TASKS = ("pydoc_pair", "pydoc_choice", "pydoc_qa")
 
 
 def task_config(name: str) -> TaskConfig:
     node = yaml.safe_load((CONF / "task" / f"{name}.yaml").read_text())
-    return TaskConfig(**node)
+    node.pop("defaults", None)  # the type's schema, named for Hydra
+    return options_of(node, name)
 
 
 def measure(task, batch_size: int, sampler) -> tuple[float, float]:

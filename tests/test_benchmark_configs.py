@@ -16,11 +16,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from torch import nn
 
-from mtl.config import TaskConfig, register_configs, validate
+from mtl.config import register_configs, validate
 from mtl.data import build_task_from_config, load_tokenizer
 from mtl.data.sources import read_source
 from mtl.errors import MtlError
-from mtl.task_types import BUILTIN
+from mtl.task_types import BUILTIN, task_config
 from mtl.training.evaluate import evaluate
 from mtl.training.loop import run
 
@@ -233,7 +233,7 @@ def test_extra_dev_splits_are_scored_on_their_own_rows(tmp_path):
         Path(files[split]).write_text("\n".join(json.dumps(r) for r in data))
     conf = task_file("glue/mnli")
     options = {k: v for k, v in conf.items() if k not in ("type", "source")}
-    config = TaskConfig(type=conf["type"], source=files, **options)
+    config = task_config(dict(type=conf["type"], source=files, **options))
     task = build_task_from_config("mnli", config, load_tokenizer())
     assert sorted(task.splits) == ["dev", "dev_mismatched", "train"]
     results = evaluate(ConstantModel("mnli", 3), {"mnli": task}, Accelerator(cpu=True), 4)

@@ -12,13 +12,12 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score
 
-from mtl.config import TaskConfig
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models.heads import MultiLabelHead
 from mtl.samplers import RandomBatchSampler
-from mtl.task_types import MultiLabelClassification, builtin_types
+from mtl.task_types import MultiLabelClassification, builtin_types, task_config
 from mtl.training.loop import run
 
 TOPICS = ["arts", "politics", "sports", "tech"]
@@ -56,7 +55,7 @@ def files(tmp_path):
 
 
 def build(source, **options):
-    config = TaskConfig(type="multi_label_classification", source=source, **options)
+    config = task_config(dict(type="multi_label_classification", source=source, **options))
     return build_task_from_config("topics", config, load_tokenizer())
 
 
@@ -179,7 +178,9 @@ def mixup_with_tagging(tmp_path, k: int, texts: list[str]):
     multi = build({"train": path, "dev": path}, label_names=names)
     tag = build_task_from_config(
         "tag",
-        TaskConfig(type="token_classification", source={"bundled": "synthetic_tag", "size": 40}),
+        task_config(
+            dict(type="token_classification", source={"bundled": "synthetic_tag", "size": 40})
+        ),
         load_tokenizer(),
     )
     loaders = {

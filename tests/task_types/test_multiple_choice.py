@@ -11,13 +11,14 @@ import torch
 from datasets import disable_progress_bars
 from sklearn.metrics import accuracy_score
 
-from mtl.config import TaskConfig, validate
+from mtl.config import validate
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models import MultiTaskModel, load_encoder
 from mtl.models.heads import MultipleChoiceHead
 from mtl.samplers import RandomBatchSampler
+from mtl.task_types import task_config
 from mtl.training.build import build_tasks, build_train_loaders
 from mtl.training.loop import run
 
@@ -51,7 +52,7 @@ def build(tmp_path, tokenizer, rows=ROWS, dev=None, **options):
     }
     options = {"text_column": "ctx", "question_column": "q", "choices_column": "options",
                "label_column": "y", "max_length": 32, **options}  # fmt: skip
-    config = TaskConfig(type="multiple_choice", source=source, **options)
+    config = task_config(dict(type="multiple_choice", source=source, **options))
     return build_task_from_config("mc", config, tokenizer)
 
 
@@ -176,8 +177,8 @@ def test_predict_takes_each_examples_best_real_choice_and_scores_accuracy(tmp_pa
 
 def test_a_mixed_batch_gives_the_choice_head_its_rows_and_the_same_loss(tmp_path, tokenizer):
     task = build(tmp_path, tokenizer)
-    cls_config = TaskConfig(
-        type="sequence_classification", source={"bundled": "synthetic_cls", "size": 20}
+    cls_config = task_config(
+        dict(type="sequence_classification", source={"bundled": "synthetic_cls", "size": 20})
     )
     cls = build_task_from_config("cls", cls_config, tokenizer)
     loaders = {

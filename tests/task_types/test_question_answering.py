@@ -11,11 +11,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from mtl.config import TaskConfig, validate
+from mtl.config import validate
 from mtl.data import build_task_from_config, load_tokenizer
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models.heads import QuestionAnsweringHead
+from mtl.task_types import task_config
 from mtl.training.build import build_tasks, build_train_loaders
 from mtl.training.loop import run
 
@@ -54,7 +55,7 @@ def qa_task(tmp_path, train, dev=None, **options):
         "dev": write_jsonl(tmp_path / "dev.jsonl", dev or train),
     }
     options = {"max_length": 32, "stride": 8, **options}
-    config = TaskConfig(type="question_answering", source=source, **options)
+    config = task_config(dict(type="question_answering", source=source, **options))
     return build_task_from_config("qa", config, load_tokenizer())
 
 
@@ -117,11 +118,13 @@ def test_unanswerable_rows_point_every_window_at_cls(tmp_path):
 
 def test_example_ids_stay_source_rows_across_encoding_batches():
     """More source rows than one `Dataset.map` batch (1000): ids go on counting."""
-    config = TaskConfig(
-        type="question_answering",
-        source={"bundled": "synthetic_qa", "size": 1500},
-        max_length=24,
-        stride=4,
+    config = task_config(
+        dict(
+            type="question_answering",
+            source={"bundled": "synthetic_qa", "size": 1500},
+            max_length=24,
+            stride=4,
+        )
     )
     task = build_task_from_config("qa", config, load_tokenizer())
     ids = np.asarray(task.train["example_id"])
