@@ -143,7 +143,8 @@ CASES = [
     (["task=[empty_file]"], ["empty_file", "data/empty.csv"]),
     (["task=[header_only]"], ["header_only", "train split has 0 rows"]),
     (["task=[five_labels]"], ["five_labels", "label_names"]),
-    (["task=[with_test]", "task.with_test.text_column=txt"], ["'txt' missing from the train"]),
+    # a key its own task file does not write is added with + (the file names no type schema)
+    (["task=[with_test]", "+task.with_test.text_column=txt"], ["'txt' missing from the train"]),
     # loader and sampler (their classes' arguments)
     (["loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
     (["+loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
