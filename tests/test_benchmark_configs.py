@@ -232,7 +232,7 @@ def test_extra_dev_splits_are_scored_on_their_own_rows(tmp_path):
         files[split] = str(tmp_path / f"{split}.jsonl")
         Path(files[split]).write_text("\n".join(json.dumps(r) for r in data))
     conf = task_file("glue/mnli")
-    options = {k: v for k, v in conf.items() if k not in ("type", "source")}
+    options = {k: v for k, v in conf.items() if k not in ("type", "source", "defaults")}
     config = task_config(dict(type=conf["type"], source=files, **options))
     task = build_task_from_config("mnli", config, load_tokenizer())
     assert sorted(task.splits) == ["dev", "dev_mismatched", "train"]
