@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset as TorchDataset
 
+import mtl.task_types.metrics as metrics
 from mtl.batching import (
     PackedRows,
     TaskCollator,
@@ -31,7 +32,6 @@ from mtl.batching import (
 )
 from mtl.errors import MtlError
 from mtl.models.heads import MultipleChoiceHead, TransformersModel, by_example
-from mtl.task_types import metrics
 from mtl.task_types.base import TaskConfig, TaskType, softmax
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+import mtl.task_types.metrics as metrics
 from mtl.errors import MtlError
 from mtl.models.heads import MultiLabelHead, TransformersModel
-from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values
 from mtl.task_types.classification import encode_texts, label_config, model_rows, text_columns
 

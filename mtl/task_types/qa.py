@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+import mtl.task_types.metrics as metrics
 from mtl.errors import MtlError
 from mtl.models.heads import QuestionAnsweringHead, TransformersModel
-from mtl.task_types import metrics
 from mtl.task_types.base import TaskConfig, TaskType
 
 NO_ANSWER = (0, 0)  # start and end at [CLS], the first token

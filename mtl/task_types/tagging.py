@@ -7,10 +7,10 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+import mtl.task_types.metrics as metrics
 from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
 from mtl.models.heads import TokenClassificationHead, TransformersModel
-from mtl.task_types import metrics
 from mtl.task_types.base import TaskType, label_id, names_from_values, softmax
 from mtl.task_types.classification import label_config
 
