@@ -79,7 +79,7 @@ def test_wheel_trains_and_predicts_from_an_empty_folder(tmp_path):
     dist = tmp_path / "dist"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     run([*build, "-w", dist, source], tmp_path, env)
-    (wheel,) = dist.glob("mtl-*.whl")
+    (wheel,) = dist.glob("mtl_train-*.whl")
 
     venv = tmp_path / "venv"
     python = fresh_venv(venv, wheel, env)
