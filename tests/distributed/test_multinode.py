@@ -120,8 +120,9 @@ def test_two_nodes_train_one_run_in_step(trained):
     assert len(list(run_dir.rglob("config.yaml"))) == 1  # rank 0's Hydra files only
     assert [r["step"] for r in before[0]] == [1, 2, 3, 4]
     assert schedule(before[0]) == schedule(before[1])  # same tasks, same weights every step
-    ids = [set(m["example_ids"][t]) for rows in before for m in rows[0]["micro"] for t in m["tasks"]]
-    assert not ids[0] & ids[1]  # each node took its own shard of the step's task
+    (task,) = before[0][0]["micro"][0]["tasks"]
+    ids = [set(rows[0]["micro"][0]["example_ids"][task]) for rows in before]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]  # each node its own shard of the task
     assert {p.name for p in (run_dir / "checkpoints" / "step_0000002").iterdir()} >= {
         "random_states_0.pkl",
         "random_states_1.pkl",
@@ -134,7 +135,7 @@ def test_two_nodes_train_one_run_in_step(trained):
 def test_two_nodes_resume_from_the_run_folder_exactly(trained):
     run_dir, before, after, outputs = trained
     assert f"mtl: run folder {run_dir} (resuming at step 2)" in outputs[2]
-    assert "skipping incomplete step_0000004" in outputs[2]
+    assert "skipping incomplete .tmp-step_0000004 (left by an interrupted save)" in outputs[2]
     for rank in range(2):
         assert schedule(after[rank]) == schedule(before[rank][2:])
         ids = [[m["example_ids"] for m in r["micro"]] for r in after[rank]]
@@ -151,7 +152,7 @@ def refused(results: list[tuple[int, str]]) -> str:
     (torchrun's summary says so) and no traceback came from mtl."""
     output = "\n".join(out for _, out in results)
     assert all(code != 0 for code, _ in results)
-    assert re.findall(r"exitcode\s*: (-?\d+)", output) == ["2", "2"], output[-3000:]
+    assert re.findall(r"exitcode\s+: (-?\d+)", output) == ["2", "2"], output[-3000:]
     assert str(ROOT / "mtl") not in output and "MtlError" not in output, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
     assert len(errors) == 1, output[-3000:]
