@@ -13,10 +13,8 @@ that every process trains the same thing, and a per-step trace for tests.
   would give each process a run of its own). A process count that differs from the launcher's
   is refused at start with one MtlError, and so are nodes started for different launches or
   not sharing the run folder (`mtl.training.nodes`).
-- `trainer.strategy=fsdp` shards the model with accelerate's FSDP plugin (FSDP2 `fully_shard`):
-  each transformer layer of the encoder is a unit of its own, the rest (embeddings, heads) the
-  root unit; checkpoints hold the full weights. accelerate runs FSDP only on devices (a CPU
-  launch would silently be DDP), so a run where it does not is refused with one MtlError.
+- `trainer.strategy=fsdp` shards the model with accelerate's FSDP plugin; a run where accelerate
+  would not shard is refused (`mtl.training.sharding`).
 - `check_same_run()` all-gathers a fingerprint of the config and the loader's schedule: ranks that
   would train different things (and desynchronise or hang) are refused with one MtlError.
 - `Tracer` writes `trace_rank<r>.jsonl` (`trainer.trace=true`): one line per optimizer step with
@@ -34,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
 from omegaconf import OmegaConf
 
 from mtl.errors import MtlError
 from mtl.training.nodes import check_nodes
+from mtl.training.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
 
 LAUNCH_TIME_ENV = "MTL_LAUNCH_TIME"
 _launch_time: datetime | None = None
@@ -147,47 +145,6 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     set_timeout(trainer.dist_timeout_s)  # also when train.py started the process group
     check_nodes(accelerator, run_dir)
     return accelerator
-
-
-def fsdp_plugin():
-    """accelerate's FSDP2 plugin: a unit per transformer layer (`ShardingAccelerator` names the
-    encoder's layer classes), full weights gathered on rank 0 for checkpoints."""
-    from accelerate import FullyShardedDataParallelPlugin
-
-    return FullyShardedDataParallelPlugin(
-        fsdp_version=2,
-        auto_wrap_policy="transformer_based_wrap",
-        state_dict_type="FULL_STATE_DICT",
-        reshard_after_forward=True,
-    )
-
-
-class ShardingAccelerator(Accelerator):
-    """accelerate's `Accelerator`; under FSDP, `prepare` gives each transformer layer of the
-    model's encoder a unit of its own: the layer classes its transformers model names
-    (`_no_split_modules`), unless the plugin names others."""
-
-    def prepare(self, *args, **kwargs):
-        plugin = self.state.fsdp_plugin if self.distributed_type.value == "FSDP" else None
-        if plugin is not None and plugin.transformer_cls_names_to_wrap is None:
-            for obj in args:
-                layers = getattr(getattr(obj, "encoder", None), "_no_split_modules", None)
-                if isinstance(obj, torch.nn.Module) and layers:
-                    plugin.transformer_cls_names_to_wrap = list(layers)
-        return super().prepare(*args, **kwargs)
-
-
-def check_strategy(strategy: str, distributed_type: str) -> None:
-    """Refuse `trainer.strategy=fsdp` where accelerate would not shard (it runs FSDP only on a
-    launch of several processes on devices; on CPU it falls back to DDP)."""
-    if strategy != "fsdp" or distributed_type == "FSDP":
-        return
-    raise MtlError(
-        f"trainer.strategy=fsdp: accelerate runs this launch as {distributed_type}, not FSDP: it "
-        "shards a model only over the GPUs (or other devices) of a launch of several processes; "
-        "launch one process per GPU (torchrun --nproc_per_node N), or use trainer.strategy=ddp",
-        all_ranks=True,
-    )
 
 
 def check_world_size(processes: int, world: int, distributed_type: str) -> None:

@@ -17,7 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from mtl.cli import train
 from mtl.config import TrainerConfig
-from mtl.training.distributed import check_strategy
+from mtl.training.sharding import check_strategy
 
 
 @pytest.fixture
