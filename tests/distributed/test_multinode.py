@@ -171,15 +171,20 @@ def test_nodes_that_disagree_are_refused_in_one_line(tmp_path):
         "nnodes": two_nodes(shared, "trainer.dist_timeout_s=30", nnodes1=3),
         "not shared": two_nodes(here, "trainer.dist_timeout_s=30", cwd1=there),
     }
-    line = refused(finish(launches["nnodes"], timeout=180))
+    try:
+        nnodes = refused(finish(launches["nnodes"], timeout=180))
+        not_shared = refused(finish(launches["not shared"], timeout=180))
+    finally:
+        for proc in [*launches["nnodes"], *launches["not shared"]]:
+            if proc.poll() is None:
+                proc.kill()
     host = socket.gethostname()
-    assert line == (
+    assert nnodes == (
         f"mtl: error: the nodes were started for different launches (node 0 ({host}): --nnodes "
         f"2, node 1 ({host}): --nnodes 3); start every node with the same --nnodes and a "
         "--node_rank below it"
     )
-    assert not (shared / "outputs").exists()  # the refused run's folder is removed
-    line = refused(finish(launches["not shared"], timeout=180))
-    assert line.startswith(f"mtl: error: the run folder is not shared: rank 1 on {host} does ")
-    assert "put it on a shared filesystem (hydra.run.dir=/shared/path)" in line
-    assert not list((here / "outputs").rglob("*.jsonl"))
+    assert not_shared.startswith(f"mtl: error: the run folder is not shared: rank 1 on {host} ")
+    assert "put it on a shared filesystem (hydra.run.dir=/shared/path)" in not_shared
+    for folder in (shared, here, there):  # stopped before training
+        assert not list(folder.rglob("metrics.jsonl")) and not list(folder.rglob("checkpoints"))
