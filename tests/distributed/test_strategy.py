@@ -9,14 +9,17 @@ the FSDP training itself needs a GPU launch.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
+import torch
 from accelerate.state import AcceleratorState
 from hydra.core.global_hydra import GlobalHydra
 
 from mtl.cli import train
 from mtl.config import TrainerConfig
+from mtl.training.checkpoint import MARKER, WEIGHTS, trained_weights
 from mtl.training.sharding import check_strategy
 
 
@@ -69,3 +72,19 @@ def test_strategy_check_passes_what_accelerate_shards():
     assert TrainerConfig().strategy == "ddp"
     check_strategy("ddp", "MULTI_CPU")
     check_strategy("fsdp", "FSDP")  # what a GPU launch with the plugin gives
+
+
+def test_a_checkpoint_saved_under_fsdp_gives_its_full_weights(tmp_path):
+    """accelerate's FSDP plugin (full state dict) writes the weights as pytorch_model_fsdp.bin
+    in place of model.safetensors: `model.init_from`, `mtl-export` and `mtl.load_model` read
+    them through `trained_weights` as any checkpoint's."""
+    folder = tmp_path / "run" / "checkpoints" / "step_0000003"
+    folder.mkdir(parents=True)
+    state = {"encoder.w": torch.arange(6.0).reshape(2, 3), "heads.a.b": torch.ones(2)}
+    torch.save(state, folder / WEIGHTS[1])
+    files = {WEIGHTS[1]: (folder / WEIGHTS[1]).stat().st_size}
+    (folder / MARKER).write_text(json.dumps({"step": 3, "files": files}))
+    weights, source = trained_weights(str(tmp_path / "run"))
+    assert source == folder
+    assert weights.keys() == state.keys()
+    assert all(torch.equal(weights[k], state[k]) for k in state)
