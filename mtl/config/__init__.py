@@ -43,6 +43,9 @@ class TrainerConfig:
     max_grad_norm: float | None = 1.0
     mixed_precision: str = "no"  # no | fp16 | bf16
     cpu: bool = False  # force CPU even where a GPU is present
+    # ddp: every process holds the whole model; fsdp: the model sharded over the processes
+    # (accelerate's FSDP: a unit per encoder layer), for encoders too large for one GPU.
+    strategy: str = "ddp"
     keep_freed_memory: bool = True  # reuse freed host memory between steps (training/host_memory)
     eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
@@ -87,6 +90,7 @@ class TrainerConfig:
         if not 0 <= self.warmup_ratio < 1:
             raise MtlError(f"trainer.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _one_of("trainer.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
+        _one_of("trainer.strategy", self.strategy, ("ddp", "fsdp"))
 
 
 @dataclass

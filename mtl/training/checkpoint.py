@@ -14,6 +14,10 @@ loader's position and the run counters (`mtl.training.state.TrainState`), so tha
 - `save_best`/`load_best` keep the model weights of the best evaluation in
   `checkpoints/best` (written to `.tmp-best` and renamed, like the step checkpoints).
 - `trained_weights` reads the model weights of a run, checkpoint or export folder.
+- Under `trainer.strategy=fsdp` each rank holds shards of the weights: checkpoints hold the full
+  weights (accelerate's FSDP plugin writes `pytorch_model_fsdp.bin` instead of
+  `model.safetensors`), `save_best` gathers them, `load_best` spreads them over the ranks again,
+  and `full_model` gives the end of the run a model with the full weights to export.
 
 The folders are on a file system every rank sees (as accelerate's `save_state` assumes). Files
 are flushed to disk (fsync) before the rename, so a machine crash also leaves no `step_*`
@@ -38,6 +42,7 @@ from mtl.models import load_encoder
 from mtl.training.distributed import env_rank
 
 MARKER = "mtl_checkpoint.json"
+WEIGHTS = ("model.safetensors", "pytorch_model_fsdp.bin")  # DDP's, FSDP's (full state dict)
 DESCRIPTION = "mtl_run.json"  # the run's tasks and model (mtl.training.resume.describe)
 TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one
 OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
@@ -260,8 +265,33 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
     if not (folder / MARKER).is_file():
         return None
     state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
-    accelerator.unwrap_model(model).load_state_dict(state)
+    if is_sharded(accelerator):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        full = StateDictOptions(full_state_dict=True)  # every rank keeps its shard of it
+        set_model_state_dict(accelerator.unwrap_model(model), state, options=full)
+    else:
+        accelerator.unwrap_model(model).load_state_dict(state)
     return json.loads((folder / "best.json").read_text())
+
+
+def is_sharded(accelerator) -> bool:
+    """Whether the model's parameters are shards (`trainer.strategy=fsdp`)."""
+    return accelerator.distributed_type.value == "FSDP"
+
+
+def full_model(accelerator, model, build):
+    """The trained model with its full weights, for the outputs the main process writes: the
+    unwrapped model itself, or under FSDP a model made by `build()` holding the gathered
+    weights (on the main process; a collective: call it on every rank)."""
+    if not is_sharded(accelerator):
+        return accelerator.unwrap_model(model)
+    state = accelerator.get_state_dict(model)  # full weights on the main process
+    if not accelerator.is_main_process:
+        return accelerator.unwrap_model(model)
+    full = build()
+    full.load_state_dict(state)
+    return full
 
 
 def trained_weights(path: str) -> tuple[dict, Path]:
@@ -286,4 +316,6 @@ def trained_weights(path: str) -> tuple[dict, Path]:
             f"model.init_from={path}: not an mtl run, checkpoint or export folder (no complete "
             "checkpoint in it); give <run folder>, <run>/checkpoints/step_N or <run>/export"
         ) from None
-    return load_file(checkpoint / "model.safetensors"), checkpoint
+    if (checkpoint / WEIGHTS[0]).is_file():
+        return load_file(checkpoint / WEIGHTS[0]), checkpoint
+    return torch.load(checkpoint / WEIGHTS[1], map_location="cpu", weights_only=True), checkpoint

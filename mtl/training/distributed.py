@@ -11,7 +11,10 @@ that every process trains the same thing, and a per-step trace for tests.
   without a device accelerate can spread processes over (GPU, XPU, NPU, ...), a launch of
   several processes is a multi-CPU run, as `trainer.cpu=true` would make it (accelerate itself
   would give each process a run of its own). A process count that differs from the launcher's
-  is refused at start with one MtlError.
+  is refused at start with one MtlError, and so are nodes started for different launches or
+  not sharing the run folder (`mtl.training.nodes`).
+- `trainer.strategy=fsdp` shards the model with accelerate's FSDP plugin; a run where accelerate
+  would not shard is refused (`mtl.training.sharding`).
 - `check_same_run()` all-gathers a fingerprint of the config and the loader's schedule: ranks that
   would train different things (and desynchronise or hang) are refused with one MtlError.
 - `Tracer` writes `trace_rank<r>.jsonl` (`trainer.trace=true`): one line per optimizer step with
@@ -32,6 +35,8 @@ import torch
 from omegaconf import OmegaConf
 
 from mtl.errors import MtlError
+from mtl.training.nodes import check_nodes
+from mtl.training.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
 
 LAUNCH_TIME_ENV = "MTL_LAUNCH_TIME"
 _launch_time: datetime | None = None
@@ -111,13 +116,15 @@ def has_distributed_device() -> bool:
 def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     """The run's `Accelerator` from the trainer settings (`mtl.config.TrainerConfig`): one
     process of the launcher's run, on CPU with `trainer.cpu` or where no device can hold the
-    launcher's processes. MtlError (one line) when accelerate sees another process count."""
-    from accelerate import Accelerator, DistributedDataParallelKwargs
+    launcher's processes. MtlError (one line) when accelerate sees another process count, when
+    it would not run `trainer.strategy=fsdp` as FSDP, or when the nodes disagree on the launch
+    or the run folder (`mtl.training.nodes.check_nodes`)."""
+    from accelerate import DistributedDataParallelKwargs
     from accelerate.utils import InitProcessGroupKwargs
 
     export_slurm_env()
     world = launcher_world_size()
-    accelerator = Accelerator(
+    accelerator = ShardingAccelerator(
         # Without cpu=True, accelerate runs each process of a CPU-only launch on its own.
         cpu=trainer.cpu or (world > 1 and not has_distributed_device()),
         mixed_precision=trainer.mixed_precision,
@@ -126,6 +133,7 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
         step_scheduler_with_optimizer=False,
         log_with="wandb" if log_with_wandb else None,
         project_dir=str(run_dir),
+        fsdp_plugin=fsdp_plugin() if trainer.strategy == "fsdp" else None,
         kwargs_handlers=[
             # Single-task batches leave the other heads without gradients.
             DistributedDataParallelKwargs(find_unused_parameters=True),
@@ -133,7 +141,9 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
         ],
     )
     check_world_size(accelerator.num_processes, world, accelerator.distributed_type.value)
+    check_strategy(trainer.strategy, accelerator.distributed_type.value)
     set_timeout(trainer.dist_timeout_s)  # also when train.py started the process group
+    check_nodes(accelerator, run_dir)
     return accelerator
 
 
@@ -208,6 +218,8 @@ def param_hash(model: torch.nn.Module) -> str:
     """sha256 of every parameter's bytes, in order: equal on two ranks iff bitwise equal."""
     digest = hashlib.sha256()
     for param in model.parameters():
+        if hasattr(param, "full_tensor"):  # a shard of a parameter (FSDP): a collective
+            param = param.full_tensor()
         digest.update(param.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
 

@@ -41,7 +41,8 @@ from omegaconf import DictConfig
 
 from mtl.config import validate
 from mtl.errors import MtlError
-from mtl.training.checkpoint import load_best, save_best, save_checkpoint
+from mtl.training.build import build_model
+from mtl.training.checkpoint import full_model, load_best, save_best, save_checkpoint
 from mtl.training.distributed import make_accelerator
 from mtl.training.evaluate import evaluate, to_device
 from mtl.training.runlock import RunFolder
@@ -249,7 +250,8 @@ class Training:
         return RunResults(
             run.run_dir, self.state.step, p.stop, t.monitor, t.monitor_mode, p.last_eval,
             p.best_step, p.best, test,
-            model=None if p.stop is StopReason.SIGNAL else run.accelerator.unwrap_model(run.model),
+            model=None if p.stop is StopReason.SIGNAL else full_model(
+                run.accelerator, run.model, lambda: build_model(run.settings, run.tasks)),
             tokenizer=run.tokenizer, tasks=run.tasks, settings=run.settings,
             accelerator=run.accelerator,
         )  # fmt: skip
