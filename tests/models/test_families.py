@@ -19,6 +19,7 @@ from datasets import Dataset
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from safetensors.torch import load_file
+from torch import nn
 from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
@@ -32,8 +33,18 @@ import mtl
 from mtl.cli.job import train
 from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
+from mtl.errors import MtlError
 from mtl.inference.export import write_export
 from mtl.inference.predict import main as predict_main
+from mtl.models import MultiTaskModel, load_encoder_and_pooler
+from mtl.models.families import (
+    DecoderAdapter,
+    ElectraAdapter,
+    EncoderAdapter,
+    adapter_class,
+    last_token,
+)
+from mtl.models.heads import SequenceClassificationHead, TokenClassificationHead
 from mtl.models.packing import Packing
 from mtl.models.tiny import save_tiny_model
 
@@ -261,3 +272,46 @@ def test_pipelines_predict_as_mtl_predict(runs, tmp_path):
             word_ids = tokenizer(row["text"], is_split_into_words=True).word_ids()
             firsts = [i for i, w in enumerate(word_ids) if w is not None and w != word_ids[i - 1]]
             assert [by_token[i] for i in firsts] == result["prediction"]
+
+
+TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+
+
+def test_bert_heads_are_unchanged_by_their_family():
+    torch.manual_seed(0)
+    heads = {"c": SequenceClassificationHead(32, 3), "t": TokenClassificationHead(32, 4)}
+    before = {k: v.clone() for k, v in nn.ModuleDict(heads).state_dict().items()}
+    encoder, _ = load_encoder_and_pooler(None, random_init=True, config=TINY_BERT)
+    model = MultiTaskModel(encoder, heads)
+    assert type(model.adapter) is EncoderAdapter
+    after = model.heads.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_family_override_by_name_or_class():
+    encoder, _ = load_encoder_and_pooler(None, random_init=True, config=TINY_BERT, family="electra")
+    assert encoder.config.mtl_family == "electra"  # an export folder is read back the same way
+    model = MultiTaskModel(encoder, {"c": SequenceClassificationHead(32, 3)})
+    assert type(model.adapter) is ElectraAdapter and model.heads["c"].activation == "gelu"
+    assert adapter_class("mtl.models.families.DecoderAdapter", "bert") is DecoderAdapter
+    with pytest.raises(MtlError, match=r"model.family='nope' is not a family; choose from bert"):
+        adapter_class("nope", "bert")
+    with pytest.raises(MtlError, match="is not an EncoderAdapter subclass"):
+        adapter_class("mtl.models.heads.SequenceClassificationHead", "bert")
+
+
+def test_decoder_heads_score_the_last_real_token_with_left_or_right_padding():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 5, 8)
+    right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    left = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert torch.equal(last_token(hidden, right), hidden[[0, 1], [2, 4]])
+    assert torch.equal(last_token(hidden, left), hidden[[0, 1], [4, 4]])
+    head = SequenceClassificationHead(8, 3, dropout=0.0)
+    head.adapt(DecoderAdapter().head_shape())
+    assert head.pooler is None and head.out.bias is None
+    changed = hidden.clone()
+    changed[0, :2] += 5.0  # tokens before the last real one do not reach the score directly
+    torch.testing.assert_close(head(hidden, right)[0], head.out(hidden[0, 2]))
+    assert torch.equal(head(changed, left)[0], head(hidden, left)[0])
