@@ -33,6 +33,7 @@ import mtl
 from mtl.cli.job import train
 from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
+from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.export import write_export
 from mtl.inference.predict import main as predict_main
@@ -315,3 +316,12 @@ def test_decoder_heads_score_the_last_real_token_with_left_or_right_padding():
     changed[0, :2] += 5.0  # tokens before the last real one do not reach the score directly
     torch.testing.assert_close(head(hidden, right)[0], head.out(hidden[0, 2]))
     assert torch.equal(head(changed, left)[0], head(hidden, left)[0])
+
+
+def test_a_decoder_tokenizer_without_a_pad_token_pads_with_eos(tmp_path):
+    folder = save_tiny_model("qwen2", tmp_path / "model")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.pad_token, tokenizer.eos_token = None, "[SEP]"
+    tokenizer.save_pretrained(folder)
+    loaded = load_tokenizer(str(folder))
+    assert loaded.pad_token == "[SEP]" and loaded.pad_token_id == loaded.sep_token_id
