@@ -61,10 +61,8 @@ def family_steps(model, steps: list[dict]) -> dict:
     timed_step(model, steps[0], None)  # warm-up
     padded, packed = [], []
     for i, batch in enumerate(steps):
-        order = [None, packer] if i % 2 == 0 else [packer, None]
-        result = {
-            ("packed" if p is packer else "padded"): timed_step(model, batch, p) for p in order
-        }
+        order = [("padded", None), ("packed", packer)]
+        result = {name: timed_step(model, batch, p) for name, p in order[:: 1 - 2 * (i % 2)]}
         (pad_s, pad_loss), (pack_s, pack_loss) = result["padded"], result["packed"]
         if abs(pad_loss - pack_loss) > 1e-3 * max(1.0, abs(pad_loss)):
             raise SystemExit(f"step {i}: losses differ: padded {pad_loss}, packed {pack_loss}")
