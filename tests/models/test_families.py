@@ -184,16 +184,19 @@ def mtl_batch(loaded, name: str, rows: list[dict]) -> dict:
     return batch | {"task": name}
 
 
+@pytest.mark.slow
 def test_trains_every_task_type_under_mixup(runs):
     assert trained_tasks(runs.mixup) == set(TASKS)
     best = json.loads((runs.mixup / "results.json").read_text())["best"]
     assert all(f"eval/{t}/{METRIC[t]}" in best for t in TASKS)
 
 
+@pytest.mark.slow
 def test_trains_every_task_type_under_random(deep):
     assert trained_tasks(deep.random) == set(TASKS)
 
 
+@pytest.mark.slow
 def test_packs_where_the_family_allows_it(runs, loaded):
     """The packed call equals the padded one (checked on uneven rows); the run warned only
     where it does not (DeBERTa: padded)."""
@@ -210,6 +213,7 @@ def test_packs_where_the_family_allows_it(runs, loaded):
     assert agrees == (runs.model_type not in NOT_PACKED)
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(deep):
     def losses(run_dir):
         return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
@@ -224,6 +228,7 @@ def test_resume_continues_exactly(deep):
         torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TASKS)
 def test_exports_each_task_type_with_mtl_logits(name, runs, loaded):
     folder = runs.mixup / "export" / name
@@ -249,6 +254,7 @@ def test_exports_each_task_type_with_mtl_logits(name, runs, loaded):
     assert ours.abs().max() > 1e-3
 
 
+@pytest.mark.slow
 def test_pipelines_predict_as_mtl_predict(runs, tmp_path):
     """text-classification and token-classification pipelines of the exported tasks give what
     `mtl-predict` writes for the same rows."""
