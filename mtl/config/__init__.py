@@ -100,6 +100,9 @@ class ModelConfig:
     name_or_path: str | None = None  # null: the packaged MiniLM; or a hub name / local folder
     tokenizer: str | None = None  # null: the model's own tokenizer
     random_init: bool = False  # the architecture only, randomly initialised
+    # The encoder's family (pooling, heads' form, packing, export: mtl/models/families.py); null:
+    # from the model's config. A family name or package.module.Class of an EncoderAdapter.
+    family: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # overrides of the model's config
     head_dropout: float = 0.1
     # Run a batch with much padding (mixup, sampler=random) on its rows packed end to end, with

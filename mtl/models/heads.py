@@ -12,8 +12,15 @@ Sentence-level heads pool in one of two ways (`pooling`):
   with); `head: {_target_: mtl.models.heads.SequenceClassificationHead, pooling: mean}`. Such a
   task is used through `mtl.load_model` / `mtl-predict` (no standard transformers class pools so).
 
+Model families (`mtl.models.families`): the multi-task model gives each head its encoder
+family's `HeadShape` (`adapt`): which token a sentence head pools (first, or the last non-pad
+token of a decoder), the activation after its dense layer (BERT's tanh, ELECTRA's GELU,
+DistilBERT's ReLU, ...) or no dense layer, a LayerNorm after it (ModernBERT, whose token heads
+run it too) and the output layer's bias. BERT's shape is the default and changes nothing.
+
 Export: a task type names its transformers counterpart (`TransformersModel`, from the type's
-`export_kind`), and a head that has one copies itself into that model (`to_transformers`); a
+`export_kind`), the family names the modules of that model a head's parts go to
+(`ExportTargets`), and a head that has one copies itself into that model (`to_transformers`); a
 head without `to_transformers` (a user's) has no standard transformers form.
 """
 
@@ -25,8 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.activations import ACT2FN
 
 from mtl.batching import IGNORE_INDEX
+from mtl.models.families import ExportTargets, HeadShape, last_token
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -49,17 +58,48 @@ class TransformersModel:
     out: str
 
 
-def _copy_linear(source: nn.Linear, target: Any, what: str) -> str | None:
-    if not isinstance(target, nn.Linear) or target.weight.shape != source.weight.shape:
-        return f"the transformers model has no linear {what} of the head's shape; {USE_MTL}"
+def _copy_module(source: nn.Module, hf: nn.Module, path: str | None, what: str) -> str | None:
+    """Copy `source`'s weights onto `hf`'s module `path`; None when done, else why not."""
+    target = _submodule(hf, path)
+    fits = type(target) is type(source) and all(
+        getattr(target, name, None) is not None and getattr(target, name).shape == value.shape
+        for name, value in source.state_dict().items()
+    )
+    if not fits or set(target.state_dict()) != set(source.state_dict()):
+        return f"the transformers model has no {what} of the head's shape; {USE_MTL}"
     with torch.no_grad():
         target.load_state_dict(source.state_dict())
     return None
 
 
+def _submodule(hf: nn.Module, path: str | None) -> nn.Module | None:
+    if path is None:
+        return None
+    if path.startswith("base_model."):
+        hf, path = hf.base_model, path.removeprefix("base_model.")
+    try:
+        return hf.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _without_bias(linear: nn.Linear) -> nn.Linear:
+    """`linear`'s weight in a linear layer without bias."""
+    bare = nn.Linear(linear.in_features, linear.out_features, bias=False)
+    with torch.no_grad():
+        bare.weight.copy_(linear.weight)
+    return bare
+
+
+def activate(name: str, x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) if name == "tanh" else ACT2FN[name](x)
+
+
 class PooledHead(nn.Module):
     """Base of the sentence-level heads: `pool(hidden, mask)` -> dropout -> `out` (a linear map
-    to `out_features`); with `pooling="cls"` the head owns `pooler` (dense H -> H, then tanh)."""
+    to `out_features`). With `pooling="cls"` the head pools its family's token (first, or last
+    non-pad) through `pooler` (dense H -> H, then the family's activation, tanh by default; and
+    `norm`, a LayerNorm, where the family has one); with `pooling="mean"` it averages."""
 
     def __init__(self, hidden_size: int, out_features: int, dropout: float, pooling: str):
         super().__init__()
@@ -69,37 +109,64 @@ class PooledHead(nn.Module):
         self.pooler = nn.Linear(hidden_size, hidden_size) if pooling == "cls" else None
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, out_features)
+        self.norm: nn.LayerNorm | None = None
+        self.position, self.activation = "first", "tanh"
+
+    def adapt(self, shape: HeadShape) -> None:
+        """Take the encoder family's form (`HeadShape`); BERT's (the default) changes nothing.
+        A mean-pooling head keeps its pooling."""
+        if self.pooling != "cls":
+            return
+        self.position, self.activation = shape.position, shape.activation
+        if shape.activation is None:
+            self.pooler = None
+        elif not shape.dense_bias and self.pooler.bias is not None:
+            self.pooler = _without_bias(self.pooler)
+        if shape.norm_eps is not None and self.pooler is not None:
+            size = self.pooler.out_features
+            self.norm = nn.LayerNorm(size, eps=shape.norm_eps, bias=shape.norm_bias)
+        if not shape.out_bias and self.out.bias is not None:
+            self.out = _without_bias(self.out)
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        if self.pooler is None:
+        if self.pooling == "mean":
             return mean_pool(hidden, attention_mask)
-        return torch.tanh(self.pooler(hidden[:, 0]))
+        x = last_token(hidden, attention_mask) if self.position == "last" else hidden[:, 0]
+        if self.pooler is not None:
+            x = activate(self.activation, self.pooler(x))
+        return x if self.norm is None else self.norm(x)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(self.pool(hidden, attention_mask)))
 
-    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
-        """Copy this head into `hf`: `pooler` onto BERT's `pooler.dense`, `out` onto module
-        `out`; None when done, else why it cannot (mean pooling, no BERT pooler)."""
-        if self.pooler is None:
+    def to_transformers(self, hf: nn.Module, targets: ExportTargets) -> str | None:
+        """Copy this head into `hf`: `pooler` and `norm` onto `targets.dense` and
+        `targets.norm`, `out` onto `targets.out`; None when done, else why it cannot."""
+        if self.pooling == "mean":
             return (
                 "head pools by mean; no standard transformers class does that: "
                 f"{USE_MTL}, or pooling cls"
             )
-        dense = getattr(getattr(hf.base_model, "pooler", None), "dense", None)
-        return _copy_linear(self.pooler, dense, "BERT pooler") or _copy_linear(
-            self.out, getattr(hf, out, None), out
-        )
+        parts = [(self.pooler, targets.dense, "dense layer (pooler)")]
+        parts += [(self.norm, targets.norm, "LayerNorm"), (self.out, targets.out, targets.out)]
+        for part, path, what in parts:
+            why_not = None if part is None else _copy_module(part, hf, path, what)
+            if why_not:
+                return why_not
+        return None
 
 
-def init_poolers(heads: dict[str, nn.Module], weight: torch.Tensor, bias: torch.Tensor) -> None:
+def init_poolers(
+    heads: dict[str, nn.Module], weight: torch.Tensor, bias: torch.Tensor | None
+) -> None:
     """Start every head's `pooler` from the encoder's pretrained pooler (`weight`, `bias`)."""
     with torch.no_grad():
         for head in heads.values():
             pooler = getattr(head, "pooler", None)
             if isinstance(pooler, nn.Linear) and pooler.weight.shape == weight.shape:
                 pooler.weight.copy_(weight)
-                pooler.bias.copy_(bias)
+                if bias is not None and pooler.bias is not None:
+                    pooler.bias.copy_(bias)
 
 
 class SequenceClassificationHead(PooledHead):
@@ -114,20 +181,52 @@ class SequenceClassificationHead(PooledHead):
         return F.cross_entropy(logits.float(), labels)
 
 
-class TokenClassificationHead(nn.Module):
+class TokenHead(nn.Module):
+    """Base of the token-level heads: each token's state -> dropout -> `out`; in a family whose
+    token heads transform first (`HeadShape.token_dense`: ModernBERT), `dense` -> activation ->
+    `norm` before the dropout."""
+
+    def __init__(self, hidden_size: int, out_features: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, out_features)
+        self.dense: nn.Linear | None = None
+        self.norm: nn.LayerNorm | None = None
+        self.activation = "gelu"
+
+    def adapt(self, shape: HeadShape) -> None:
+        """Take the encoder family's form (`HeadShape`); only `token_dense` concerns these."""
+        if not shape.token_dense or self.dense is not None:
+            return
+        size = self.out.in_features
+        self.dense = nn.Linear(size, size, bias=shape.dense_bias)
+        self.activation = shape.activation or "gelu"
+        if shape.norm_eps is not None:
+            self.norm = nn.LayerNorm(size, eps=shape.norm_eps, bias=shape.norm_bias)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None:
+            hidden = activate(self.activation, self.dense(hidden))
+        if self.norm is not None:
+            hidden = self.norm(hidden)
+        return self.out(self.dropout(hidden))
+
+    def to_transformers(self, hf: nn.Module, targets: ExportTargets) -> str | None:
+        """Copy `dense`, `norm` and `out` onto `targets`' modules of `hf` (None when done, else
+        why it cannot)."""
+        parts = [(self.dense, targets.dense, "dense layer"), (self.norm, targets.norm, "LayerNorm")]
+        for part, path, what in [*parts, (self.out, targets.out, targets.out)]:
+            why_not = None if part is None else _copy_module(part, hf, path, what)
+            if why_not:
+                return why_not
+        return None
+
+
+class TokenClassificationHead(TokenHead):
     """Per-token logits over `num_labels`; cross-entropy over tokens whose label is not -100."""
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, num_labels)
-
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.out(self.dropout(hidden))
-
-    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
-        """Copy `out` onto `hf`'s module `out` (None when done, else why it cannot)."""
-        return _copy_linear(self.out, getattr(hf, out, None), out)
+        super().__init__(hidden_size, num_labels, dropout)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = logits[:, : labels.shape[1]]
@@ -153,7 +252,7 @@ class RegressionHead(PooledHead):
         return F.mse_loss(logits.float(), labels.float())
 
 
-class QuestionAnsweringHead(nn.Module):
+class QuestionAnsweringHead(TokenHead):
     """Per-token start and end logits `[B, L, 2]` for extractive QA (padding positions get the
     dtype's minimum, so they are never chosen); the loss is the mean of the start and end
     positions' cross-entropies.
@@ -163,18 +262,12 @@ class QuestionAnsweringHead(nn.Module):
     """
 
     def __init__(self, hidden_size: int, num_labels: int = 2, dropout: float = 0.1):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, 2)
+        super().__init__(hidden_size, 2, dropout)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        logits = self.out(self.dropout(hidden))
+        logits = super().forward(hidden, attention_mask)
         padding = attention_mask.unsqueeze(-1) == 0
         return logits.masked_fill(padding, torch.finfo(logits.dtype).min)
-
-    def to_transformers(self, hf: nn.Module, out: str) -> str | None:
-        """Copy `out` onto `hf`'s module `out` (None when done, else why it cannot)."""
-        return _copy_linear(self.out, getattr(hf, out, None), out)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = logits.float()

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from mtl.models.families import EncoderAdapter, adapter_for
 from mtl.models.packing import PackedEncoder
-
-ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class MultiTaskModel(nn.Module):
@@ -22,6 +21,10 @@ class MultiTaskModel(nn.Module):
 
     `pack=True`: a batch with much padding runs the encoder on its rows packed end to end
     (`mtl.models.packing`); the heads get the same hidden states either way.
+
+    `adapter`: the encoder's family (`mtl.models.families`; default: from its config). It picks
+    the encoder's inputs, how packed calls are masked, and each head's form (a head with
+    `adapt(shape)` takes the family's `HeadShape`).
     """
 
     def __init__(
@@ -31,16 +34,23 @@ class MultiTaskModel(nn.Module):
         loss_weights: Mapping[str, float] | None = None,
         *,
         pack: bool = True,
+        adapter: EncoderAdapter | None = None,
     ):
         super().__init__()
         self.encoder = encoder
-        pad_token_id = getattr(getattr(encoder, "config", None), "pad_token_id", None)
-        self.packed = PackedEncoder(encoder, pad_token_id=pad_token_id or 0) if pack else None
+        config = getattr(encoder, "config", None)
+        self.adapter = adapter or adapter_for(config)
+        shape = self.adapter.head_shape()
+        for head in heads.values():
+            if callable(getattr(head, "adapt", None)):
+                head.adapt(shape)
+        pad_token_id = getattr(config, "pad_token_id", None) or 0
+        self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)
         self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in heads}
 
     def encode(self, batch: Mapping) -> torch.Tensor:
-        inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
+        inputs = self.adapter.encoder_inputs(batch)
         if self.packed is not None:
             return self.packed(self.encoder, inputs)
         return self.encoder(**inputs).last_hidden_state

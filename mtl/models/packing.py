@@ -9,8 +9,10 @@ its own place. The hidden states of real tokens equal the padded call's (to floa
 padding positions hold zeros. The heads see the same `[N, L, H]` as without packing.
 
 It needs an encoder that takes a 4-D attention mask and `position_ids` (transformers' BERT
-family does). `PackedEncoder` checks this once, on the first batch it would pack, against the
-padded call; if they differ it warns once and pads as before.
+family does). The encoder's family (`mtl.models.families`) adds what it needs: decoders a causal
+mask within each row, ModernBERT its sliding-window layers' own mask. `PackedEncoder` checks
+this once, on the first batch it would pack, against the padded call; if they differ it warns
+once and pads as before.
 """
 
 from __future__ import annotations
@@ -65,9 +67,11 @@ class Packing:
     def worth_it(self) -> bool:
         return self.is_prefix and self.packed_rows <= (1 - MIN_SAVING) * self.rows
 
-    def pack(self, inputs: dict, pad_token_id: int, position_base: int) -> dict:
-        """Packed `input_ids`, `token_type_ids`, `position_ids` and a 4-D attention mask (bool
-        for SDPA, additive otherwise: see `PackedEncoder`)."""
+    def pack(
+        self, inputs: dict, pad_token_id: int, position_base: int, causal: bool = False
+    ) -> dict:
+        """Packed `input_ids`, `token_type_ids`, `position_ids` and a 4-D bool attention mask
+        (`causal`: a token sees only its row's tokens up to itself)."""
         device = inputs["input_ids"].device
         size = self.packed_rows * self.length
         target = torch.from_numpy(self.target).to(device)
@@ -88,7 +92,10 @@ class Packing:
         segment = torch.arange(size, device=device) + self.rows
         segment[target] = torch.from_numpy(self.segment).to(device)
         segment = segment.view(self.packed_rows, self.length)
-        packed["attention_mask"] = segment[:, None, :, None] == segment[:, None, None, :]
+        allowed = segment[:, None, :, None] == segment[:, None, None, :]
+        if causal:
+            allowed = allowed & torch.ones(self.length, self.length, device=device).tril().bool()
+        packed["attention_mask"] = allowed
         return packed
 
     def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -104,6 +111,12 @@ class Packing:
         return out.view(self.rows, self.length, -1)
 
 
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool attention mask as an additive one (0 where allowed, the dtype's minimum else)."""
+    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return zeros.masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 class PackedEncoder:
     """Calls `encoder` on packed rows when that saves compute and the encoder supports it.
 
@@ -112,8 +125,12 @@ class PackedEncoder:
     gradients; real tokens must agree within `atol`.
     """
 
-    def __init__(self, encoder: nn.Module, *, pad_token_id: int = 0, atol: float = 1e-4):
+    def __init__(
+        self, encoder: nn.Module, pad_token_id: int = 0, adapter=None, *, atol: float = 1e-4
+    ):
         self.pad_token_id = pad_token_id
+        self.causal = bool(getattr(adapter, "causal", False))
+        self.packed_inputs = getattr(adapter, "packed_inputs", lambda packed: packed)
         self.atol = atol
         config = getattr(encoder, "config", None)
         self.sdpa = getattr(config, "_attn_implementation", "eager") == "sdpa"
@@ -134,12 +151,16 @@ class PackedEncoder:
         return encoder(**inputs).last_hidden_state
 
     def run(self, encoder: nn.Module, inputs: dict, packing: Packing) -> torch.Tensor:
-        packed = packing.pack(inputs, self.pad_token_id, self.position_base)
+        packed = packing.pack(inputs, self.pad_token_id, self.position_base, self.causal)
+        packed = self.packed_inputs(packed)
         if not self.sdpa:
             dtype = next(encoder.parameters()).dtype
-            allowed = packed["attention_mask"]
-            additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-            packed["attention_mask"] = additive.masked_fill(~allowed, torch.finfo(dtype).min)
+            mask = packed["attention_mask"]
+            packed["attention_mask"] = (
+                {k: additive(v, dtype) for k, v in mask.items()}
+                if isinstance(mask, dict)
+                else additive(mask, dtype)
+            )
         return encoder(**packed).last_hidden_state
 
     def check(self, encoder: nn.Module, inputs: dict, packing: Packing) -> bool:

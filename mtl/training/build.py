@@ -145,7 +145,7 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     """The encoder and each task's head (from its task type, or its config's `head`)."""
     m = settings.model
     encoder, pooler = load_encoder_and_pooler(
-        m.name_or_path, random_init=m.random_init, config=dict(m.config)
+        m.name_or_path, random_init=m.random_init, config=dict(m.config), family=m.family
     )
     hidden = encoder.config.hidden_size
     heads = {

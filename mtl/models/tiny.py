@@ -1,0 +1,72 @@
+"""Tiny randomly initialised models of every family, offline: for tests and benchmarks.
+
+`save_tiny_model(model_type, folder)` writes a model of that transformers model type (hidden
+size 32, 2 layers) built from its config class, with the packaged MiniLM tokenizer (the
+vocabulary size matched; a family without token type ids gets a tokenizer that does not make
+them, as its own does), so that `model.name_or_path=<folder>` trains it like a hub model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtl.models.encoder import default_model_path
+from mtl.models.families import adapter_class
+
+#: {model type: its config's size keys}; the rest of each config is the class's default.
+TINY = {
+    "bert": {},
+    "roberta": {"type_vocab_size": 1, "max_position_embeddings": 514},
+    "xlm-roberta": {"type_vocab_size": 1, "max_position_embeddings": 514},
+    "electra": {"embedding_size": 32},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64},
+    "deberta-v2": {
+        "type_vocab_size": 0,
+        "relative_attention": True,
+        "position_biased_input": False,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_buckets": 64,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+    },
+    "modernbert": {"local_attention": 16, "global_attn_every_n_layers": 2},
+    "qwen2": {"num_key_value_heads": 1, "max_position_embeddings": 512},
+}
+SIZES = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+}
+
+
+def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
+    """A tiny random `model_type` model and the MiniLM tokenizer, saved in `folder`."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    ids = {
+        name: tokenizer.convert_tokens_to_ids(token)
+        for name, token in (("pad", "[PAD]"), ("cls", "[CLS]"), ("sep", "[SEP]"))
+    }
+    keys = {} if model_type == "distilbert" else dict(SIZES)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tokenizer),
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+        cls_token_id=ids["cls"],
+        sep_token_id=ids["sep"],
+        **keys,
+        **TINY[model_type],
+    )
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config)
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    if not adapter_class(None, model_type).token_type_ids:
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    tokenizer.save_pretrained(folder)
+    return folder
