@@ -20,6 +20,7 @@ from datasets import Sequence as SequenceFeature
 from transformers import PreTrainedTokenizerBase
 
 from mtl.data.sources import read_source
+from mtl.data.tokenizer import TokenizerRef
 from mtl.errors import MtlError
 from mtl.task_types import TaskType, task_type_class
 
@@ -184,9 +185,10 @@ def _encode(
     split: str,
 ) -> Dataset:
     where = f"task {task_type.name!r}, {split} split"
+    ref = TokenizerRef(tokenizer)  # what the map's fingerprint pickles: a name and a digest
 
     def encode(rows: dict[str, list], indices: list[int]) -> dict[str, list]:
-        out = task_type.encode(rows, tokenizer, label_names, where)
+        out = task_type.encode(rows, ref.tokenizer, label_names, where)
         if "example_id" in out:  # several model rows a source row: their positions in `rows`
             out["example_id"] = [indices[i] for i in out["example_id"]]
         else:

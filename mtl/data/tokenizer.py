@@ -8,6 +8,9 @@ without a pad token (decoder LLMs such as Llama) pads with its end-of-sequence t
 
 from __future__ import annotations
 
+import hashlib
+import json
+import pickle
 from functools import lru_cache
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -36,3 +39,44 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # decoders without one (Llama): pad with eos
     return tokenizer
+
+
+class TokenizerRef:
+    """A tokenizer as `Dataset.map` fingerprints it. datasets hashes a map function by pickling
+    what it holds; a whole tokenizer (its vocabulary) costs about 0.3 s of CPU a pickle, once per
+    split and task. This holds the tokenizer and pickles as its name and `tokenizer_digest`
+    (a few ms), so the fingerprint, and datasets' cache, still change with any change of
+    the tokenizer."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+
+    def __reduce__(self):
+        return (_reloaded, (self.tokenizer.name_or_path, tokenizer_digest(self.tokenizer)))
+
+
+def _reloaded(name_or_path: str, digest: str) -> TokenizerRef:
+    tokenizer = load_tokenizer(name_or_path)
+    if tokenizer_digest(tokenizer) != digest:
+        raise MtlError(f"tokenizer {name_or_path!r} changed on disk while mtl was reading it")
+    return TokenizerRef(tokenizer)
+
+
+def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A hash of everything that decides how the tokenizer encodes: its pipeline (vocabulary,
+    normalizer, pre-tokenizer, post-processor), special tokens and sides."""
+    settings = {
+        "class": type(tokenizer).__name__,
+        "special": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        "model_max_length": tokenizer.model_max_length,
+    }
+    backend = tokenizer.backend_tokenizer  # its truncation and padding are set by each call
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for part in (backend.model, backend.normalizer, backend.pre_tokenizer,
+                 backend.post_processor, backend.decoder):  # fmt: skip
+        digest.update(pickle.dumps(part))
+    added = sorted((i, str(token)) for i, token in tokenizer.added_tokens_decoder.items())
+    digest.update(repr(added).encode())
+    return digest.hexdigest()
