@@ -72,11 +72,25 @@ def load_encoder_and_pooler(
 
     path = resolve_model_path(name_or_path)
     model_config = encoder_config(name_or_path, config)
-    if random_init:
-        model, missing = AutoModel.from_config(model_config), None
-    else:
-        model, info = AutoModel.from_pretrained(path, config=model_config, output_loading_info=True)
-        missing = info.get("missing_keys", [])
+    # PyTorch's fused attention (flash / memory-efficient kernels on a GPU) where the family has
+    # it and `model.config` names no other; transformers' own choice otherwise.
+    chosen = (config or {}).get("attn_implementation")
+    tries = [chosen] if chosen else ["sdpa", None]
+    for attention in tries:
+        try:
+            if random_init:
+                model = AutoModel.from_config(model_config, attn_implementation=attention)
+                missing = None
+            else:
+                model, info = AutoModel.from_pretrained(
+                    path, config=model_config, output_loading_info=True,
+                    attn_implementation=attention,
+                )  # fmt: skip
+                missing = info.get("missing_keys", [])
+            break
+        except ValueError:  # a family without SDPA
+            if attention == tries[-1]:
+                raise
     pooler = getattr(model, "pooler", None)
     dense = getattr(pooler, "dense", None)
     if not isinstance(dense, nn.Linear):
