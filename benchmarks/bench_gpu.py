@@ -14,9 +14,9 @@ timed); evaluation and checkpoints at the end are not timed. Each comparison nam
 
 The encoder is BERT-base-sized and randomly initialised (12 layers, hidden 768, 12 heads,
 intermediate 3072: MiniLM's architecture and tokenizer), batch 32, max_length 256. `--quick`:
-the tiny model, 32 examples per task of at most 48 tokens, few steps, and compile with the
-`eager` backend (dynamo
-traces and guards, no code generation): a smoke run of the same pipeline on a CPU.
+the tiny model on the small synthetic tasks (64 examples each), few steps, and compile with the
+`eager` backend (dynamo traces and guards, no code generation): the same pipeline as a smoke run
+on a CPU.
 `--markdown PATH` appends the table as a dated section (with the device's name) to PATH.
 
     python benchmarks/bench_gpu.py [--steps 60] [--warmup 10] [--markdown docs/benchmarks.md]
@@ -42,19 +42,20 @@ BERT_BASE = [
     "model.config.num_attention_heads=12",
     "model.config.intermediate_size=3072",
 ]
-ONE_TASK = ["task=[pydoc_topic]", "task.pydoc_topic.batch_size=32"]
-ONE_TASK += ["task.pydoc_topic.max_length=256"]
-MIXUP = ["loader=mixup", "task=[pydoc_topic,pydoc_code,pydoc_pair,pydoc_choice,pydoc_qa]"]
-QUICK_LENGTH = 48  # --quick: every task's max_length
+ONE_TASK = {"full": ["pydoc_topic"], "quick": ["synthetic_cls"]}
+MIXUP = {
+    "full": ["pydoc_topic", "pydoc_code", "pydoc_pair", "pydoc_choice", "pydoc_qa"],
+    "quick": ["synthetic_cls", "synthetic_tag", "synthetic_pair"],
+}
 BF16 = ["trainer.mixed_precision=bf16"]
-# name -> overrides; the comparisons below pair them (peer first)
+# name -> (tasks, overrides); the comparisons below pair them (peer first)
 ROWS = {
-    "random fp32": [*ONE_TASK, "sampler=random"],
-    "block_shuffle fp32": [*ONE_TASK],
-    "block_shuffle bf16": [*ONE_TASK, *BF16],
-    "mixup padded bf16": [*MIXUP, *BF16, "model.pack=false"],
-    "mixup packed bf16": [*MIXUP, *BF16],
-    "block_shuffle bf16 compiled": [*ONE_TASK, *BF16, "trainer.compile=true"],  # last: compiles
+    "random fp32": (ONE_TASK, ["sampler=random"]),
+    "block_shuffle fp32": (ONE_TASK, []),
+    "block_shuffle bf16": (ONE_TASK, BF16),
+    "mixup padded bf16": (MIXUP, ["loader=mixup", *BF16, "model.pack=false"]),
+    "mixup packed bf16": (MIXUP, ["loader=mixup", *BF16]),
+    "block_shuffle bf16 compiled": (ONE_TASK, [*BF16, "trainer.compile=true"]),  # last: compiles
 }
 COMPARISONS = {
     "sampler": ("random fp32", "block_shuffle fp32"),
@@ -64,15 +65,17 @@ COMPARISONS = {
 }
 
 
-def one_row(overrides: list[str], args: argparse.Namespace, out_dir: Path, cuda: bool) -> dict:
+def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> dict:
     import torch
     from accelerate.state import AcceleratorState
 
     from mtl.training.loop import run
 
+    tasks, overrides = row[0]["quick" if args.quick else "full"], row[1]
     common = [
         "logger=none",
         "trainer.progress_bar=false",
+        f"task=[{','.join(tasks)}]",
         "trainer.epochs=1",
         f"trainer.max_steps={args.steps}",
         "trainer.log_every=1000000",  # one window, at the end: no logging inside the timing
@@ -80,14 +83,10 @@ def one_row(overrides: list[str], args: argparse.Namespace, out_dir: Path, cuda:
         f"seed={args.seed}",
         f"output_dir={out_dir}",
     ]
-    tail = []
-    if args.quick:  # short rows: bf16 matmuls on a CPU without bf16 units are slow
-        common += ["data.max_examples=32", "trainer.compile_backend=eager"]
-        (tasks,) = [o.removeprefix("task=[").rstrip("]") for o in overrides if o[:6] == "task=["]
-        tail = [f"task.{t}.max_length={QUICK_LENGTH}" for t in tasks.split(",")]
-        tail += ["task.pydoc_qa.stride=8"] if "pydoc_qa" in tasks else []
+    if args.quick:
+        common += ["data.max_examples=64", "trainer.compile_backend=eager"]
     else:
-        common += BERT_BASE
+        common += [*BERT_BASE, "task.pydoc_topic.batch_size=32", "task.pydoc_topic.max_length=256"]
     if not cuda:
         common.append("trainer.cpu=true")
     # Each row is a run of its own: accelerate keeps one process-wide state (its precision).
@@ -96,7 +95,7 @@ def one_row(overrides: list[str], args: argparse.Namespace, out_dir: Path, cuda:
         torch.cuda.empty_cache()
     clock = LoopClock()
     with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-        run(compose([*common, *overrides, *tail]), hooks=[clock])
+        run(compose([*common, *overrides]), hooks=[clock])
     return clock.steady(min(args.warmup, len(clock.marks) - 1))
 
 
@@ -108,11 +107,14 @@ def trainer_row(args: argparse.Namespace) -> dict:
 
 
 def markdown(device: str, args, rows: dict, ratios: dict, trainer: dict) -> str:
-    model = "tiny (--quick)" if args.quick else "BERT-base-sized, random init"
+    model = (
+        "tiny model, synthetic tasks (--quick)"
+        if args.quick
+        else "BERT-base-sized encoder (random init), pydoc_topic batch 32, max_length 256"
+    )
     lines = [
         f"\n### {device}, {date.today().isoformat()} (`scripts/gpu_check.sh`)\n",
-        f"{model}, batch 32, max_length 256, {args.steps} steps per row ({args.warmup} not "
-        "timed), seed 0.\n",
+        f"{model}; {args.steps} steps per row ({args.warmup} not timed), seed {args.seed}.\n",
         "| comparison | peer | examples/s | candidate | examples/s | ratio |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -128,7 +130,8 @@ def markdown(device: str, args, rows: dict, ratios: dict, trainer: dict) -> str:
 
 
 def main() -> None:
-    p = parser(__doc__, "tiny model, 32 rows of <= 48 tokens, 4 steps, compile backend eager", threads=2)
+    quick = "tiny model, synthetic tasks, 4 steps, compile backend eager"
+    p = parser(__doc__, quick, threads=2)
     p.add_argument("--steps", type=int, default=60, help="optimizer steps per row")
     p.add_argument("--warmup", type=int, default=10, help="first steps left out of timing")
     p.add_argument("--seed", type=int, default=0)
@@ -145,9 +148,9 @@ def main() -> None:
     device = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} torch threads"
     rows = {}
     with scratch("bench_gpu_") as workdir:
-        for i, (name, overrides) in enumerate(ROWS.items()):
+        for i, (name, row) in enumerate(ROWS.items()):
             start = time.perf_counter()
-            rows[name] = one_row(overrides, args, workdir / str(i), cuda)
+            rows[name] = one_row(row, args, workdir / str(i), cuda)
             rows[name]["run_seconds"] = time.perf_counter() - start
             print(f"{name}: {rows[name]['run_seconds']:.0f} s", file=sys.stderr)
     trainer = trainer_row(args)
