@@ -41,7 +41,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nwritten before\n")  # appended, nothing lost
     table = text.split("written before\n", 1)[1]
-    assert "### CPU, 2 torch threads" in table
+    assert "### CPU, 1 torch threads" in table
     for comparison in ("sampler", "precision", "compile", "packing", "mtl vs Trainer"):
         assert f"| {comparison}" in table
     assert (ROOT / "docs" / "benchmarks.md").read_text() == docs  # the real file untouched
