@@ -29,8 +29,16 @@ the whole mtl `run()` and, for the Trainer, model load + train + predict. Not th
 heads' output layer starts from PyTorch's default init in mtl and from normal(0, 0.02) in
 transformers, and the two draw their batches differently (block shuffle vs length groups).
 
+Each run is a fresh process of this script (`--tool mtl|trainer`), so neither tool inherits
+the other's state: the mtl run tunes host memory as `mtl-train` does (`trainer.keep_freed_memory`,
+glibc keeps freed blocks), the Trainer's process runs with the allocator as it comes. Runs come
+in pairs (`--repeats`) in alternating order (mtl trainer, trainer mtl, ...), so a machine that
+speeds up or slows down favours neither; the ratio is the median of the pairs' ratios, and the
+machine's load average over the runs is printed with them.
+
     python benchmarks/bench_vs_trainer.py [--task pydoc_topic] [--epochs 1] [--lr 1e-4]
-        [--batch-size N] [--max-length N] [--seed 0] [--threads 2] [--json PATH] [--quick]
+        [--batch-size N] [--max-length N] [--seed 0] [--threads 2] [--repeats 2] [--json PATH]
+        [--quick]
 """
 
 from __future__ import annotations
@@ -39,12 +47,16 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import os
+import statistics
 import time
 from pathlib import Path
 
-from harness import LoopClock, compose, emit, parser, quiet_transformers, scratch, table
+from harness import LoopClock, compose, emit, grouped, parser, quiet_transformers, scratch, table
 
 QUICK_EXAMPLES = 128  # --quick: cap per split (4 steps of 32)
+TOOLS = ("mtl", "trainer")
+KEPT = ("tool", "examples", "seconds", "examples_per_s", "dev_accuracy", "run_seconds")
 
 
 def overrides(args: argparse.Namespace, out_dir: Path, cuda: bool) -> list[str]:
@@ -216,6 +228,41 @@ def run_trainer(cfg, task: str, out_dir: Path, cuda: bool) -> dict:
     }
 
 
+def one_tool(args: argparse.Namespace) -> dict:
+    """Train with `args.tool` alone in this process; its figures."""
+    import torch
+
+    from mtl.config import validate
+    from mtl.training.host_memory import keep_freed_memory
+
+    quiet_transformers()
+    torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    with scratch("bench_vs_trainer_") as workdir:
+        cfg = compose(overrides(args, workdir / "mtl", cuda))
+        settings = validate(cfg)
+        if args.tool == "trainer":
+            return run_trainer(cfg, args.task, workdir / "trainer", cuda)
+        if settings.trainer.keep_freed_memory:  # what `mtl-train` does before its run
+            keep_freed_memory()
+        return run_mtl(cfg, args.task)
+
+
+def child_argv(args: argparse.Namespace, tool: str) -> list[str]:
+    """This script's command line for one tool's run in a fresh process."""
+    argv = [__file__, "--tool", tool, "--task", args.task, "--epochs", str(args.epochs)]
+    argv += ["--lr", str(args.lr), "--seed", str(args.seed), "--threads", str(args.threads)]
+    for flag, value in (("--batch-size", args.batch_size), ("--max-length", args.max_length)):
+        if value:
+            argv += [flag, str(value)]
+    return argv + (["--quick"] if args.quick else [])
+
+
+def load() -> float:
+    """The machine's one-minute load average (other processes compete for its cores)."""
+    return round(os.getloadavg()[0], 2)
+
+
 def main() -> None:
     p = parser(__doc__, f"tiny model, {QUICK_EXAMPLES} rows", threads=2)
     p.add_argument("--task", default="pydoc_topic", help="a sequence_classification task")
@@ -224,55 +271,80 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="default: the task's")
     p.add_argument("--max-length", type=int, default=None, help="default: the task's")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=2, help="pairs of runs (default 2; --quick: 1)")
+    p.add_argument("--tool", choices=TOOLS, help="run one tool in this process (internal)")
     args = p.parse_args()
+    if args.tool:
+        emit(one_tool(args))
+        return
+    if args.quick:
+        args.repeats = 1
 
-    import torch
+    from harness import run_child
 
     from mtl.config import validate
 
-    quiet_transformers()
-    torch.set_num_threads(args.threads)
-    cuda = torch.cuda.is_available()
     with scratch("bench_vs_trainer_") as workdir:
-        cfg = compose(overrides(args, workdir / "mtl", cuda))
-        settings = validate(cfg)
-        if settings.tasks[args.task].type != "sequence_classification":
-            p.error(
-                f"--task {args.task} is {settings.tasks[args.task].type}; give a "
-                "sequence_classification task (the Trainer side is a classifier)"
-            )
-        mtl = run_mtl(cfg, args.task)
-        trainer = run_trainer(cfg, args.task, workdir / "trainer", cuda)
+        settings = validate(compose(overrides(args, workdir, cuda=False)))
+    if settings.tasks[args.task].type != "sequence_classification":
+        p.error(
+            f"--task {args.task} is {settings.tasks[args.task].type}; give a "
+            "sequence_classification task (the Trainer side is a classifier)"
+        )
+    loads, runs = [load()], []
+    for repeat in range(args.repeats):
+        for tool in TOOLS if repeat % 2 == 0 else TOOLS[::-1]:  # A B B A ...
+            figures = run_child(child_argv(args, tool))
+            runs.append({"tool": tool, "repeat": repeat, **figures})
+            loads.append(load())
+    report(args, settings.tasks[args.task], runs, loads)
 
-    task = settings.tasks[args.task]
-    ratio = mtl["examples_per_s"] / trainer["examples_per_s"]
+
+def report(args: argparse.Namespace, task, runs: list[dict], loads: list[float]) -> None:
+    """The table of runs, the ratio (median over the pairs) and the JSON line."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    speed = grouped(runs, "tool", "examples_per_s")
+    ratios = [m / t for m, t in zip(speed["mtl"], speed["trainer"], strict=True)]
+    ratio = statistics.median(ratios)
+    optim = next(r["optim"] for r in runs if r["tool"] == "trainer")
     device = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} torch threads"
     print(
         f"task {args.task}, model {'tiny' if args.quick else 'minilm'}, {args.epochs} epoch(s), "
         f"batch {task.batch_size}, max_length {task.max_length}, lr {args.lr}, seed {args.seed}, "
-        f"{device}; Trainer optim {trainer['optim']}"
+        f"{device}; Trainer optim {optim}; each run in its own process; load average "
+        f"{min(loads)}-{max(loads)}"
     )
     table(
-        ["tool", "examples", "train s", "ex/s", "dev acc", "run s"],
-        [[name, r["examples"], r["seconds"], r["examples_per_s"], r["dev_accuracy"],
-          r["run_seconds"]] for name, r in (("mtl", mtl), ("Trainer", trainer))],
-        [0, 0, 1, 2, 4, 1],
+        ["run", "tool", "examples", "train s", "ex/s", "dev acc", "run s"],
+        [[i + 1, r["tool"], r["examples"], r["seconds"], r["examples_per_s"], r["dev_accuracy"],
+          r["run_seconds"]] for i, r in enumerate(runs)],
+        [0, 0, 0, 1, 2, 4, 1],
     )  # fmt: skip
-    print(f"mtl / Trainer examples/s: {ratio:.2f}x")
+    print(
+        f"mtl / Trainer examples/s: median {ratio:.2f}x over {len(ratios)} pair(s) "
+        f"({', '.join(f'{r:.2f}' for r in ratios)})"
+    )
     figures = {
         "bench": "vs_trainer",
         "peer": "transformers Trainer",
         "task": args.task,
         "model": "tiny" if args.quick else "minilm",
         "device": device,
+        "separate_processes": True,
+        "load_average": [min(loads), max(loads)],
         "epochs": args.epochs,
         "batch_size": task.batch_size,
         "max_length": task.max_length,
         "lr": args.lr,
         "seed": args.seed,
-        "trainer_optim": trainer.pop("optim"),
-        "mtl": {k: round(v, 4) for k, v in mtl.items()},
-        "trainer": {k: round(v, 4) for k, v in trainer.items()},
+        "trainer_optim": optim,
+        "runs": [
+            {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if k in KEPT}
+            for r in runs
+        ],
+        "pair_ratios": [round(r, 3) for r in ratios],
         "ratio_mtl_vs_trainer": round(ratio, 3),
     }
     emit(figures, args.json)

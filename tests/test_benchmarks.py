@@ -80,7 +80,8 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_every_benchmark_uses_the_harness_and_imports_no_other_benchmark():
     files = sorted(BENCH_DIR.glob("*.py"))
-    assert {p.name for p in files} == {*BENCHMARKS, "harness.py", "study.py"}
+    # bench_gpu.py runs --quick in tests/test_gpu_check.py (scripts/gpu_check.sh --cpu)
+    assert {p.name for p in files} == {*BENCHMARKS, "bench_gpu.py", "harness.py", "study.py"}
     others = {p.stem for p in files} - {"harness"}
     for path in files:
         if path.name == "harness.py":
@@ -139,24 +140,27 @@ def test_train_speed_compares_any_two_samplers_with_options():
 
 
 @pytest.mark.slow
-def test_vs_trainer_prints_both_tools_on_the_same_examples_and_writes_its_json(tmp_path):
+def test_vs_trainer_runs_each_tool_in_its_own_process_on_the_same_examples(tmp_path):
     path = tmp_path / "vs_trainer.json"
     lines = quick_output("bench_vs_trainer.py", "--json", str(path))
     figures = json.loads(lines[-1])
     assert_named(figures, "vs_trainer")
     assert json.loads(path.read_text()) == figures
+    assert "each run in its own process; load average" in lines[0]
     header = lines[1].split()
-    assert header[:4] == ["tool", "examples", "train", "s"] and "dev" in header
-    assert [line.split()[0] for line in lines[2:4]] == ["mtl", "Trainer"]
-    assert lines[4].startswith("mtl / Trainer examples/s: ")
+    assert header[:5] == ["run", "tool", "examples", "train", "s"] and "dev" in header
+    assert [line.split()[1] for line in lines[2:4]] == ["mtl", "trainer"]
+    assert lines[4].startswith("mtl / Trainer examples/s: median ")
+    assert figures["separate_processes"] is True
     assert figures["trainer_optim"] in ("adamw_torch_fused", "adamw_torch")
     assert (figures["task"], figures["model"], figures["batch_size"]) == ("pydoc_topic", "tiny", 32)
-    for tool in ("mtl", "trainer"):
-        row = figures[tool]
+    runs = {row["tool"]: row for row in figures["runs"]}
+    assert list(runs) == ["mtl", "trainer"]
+    for row in runs.values():
         assert row["examples"] == 128  # --quick: every one of the 128 train rows, once
         assert row["examples_per_s"] > 0 and row["seconds"] > 0
         assert 0 <= row["dev_accuracy"] <= 1
-    ratio = figures["mtl"]["examples_per_s"] / figures["trainer"]["examples_per_s"]
+    ratio = runs["mtl"]["examples_per_s"] / runs["trainer"]["examples_per_s"]
     assert figures["ratio_mtl_vs_trainer"] == pytest.approx(ratio, rel=1e-2)
 
 

@@ -42,6 +42,10 @@ class TrainerConfig:
     grad_accum: int = 1
     max_grad_norm: float | None = 1.0
     mixed_precision: str = "no"  # no | fp16 | bf16
+    # torch.compile the shared encoder (mtl.training.speed); its backend ("inductor", or e.g.
+    # "aot_eager" where no C++ compiler is at hand). Lengths are bucketed (data.pad_to_multiple_of)
+    compile: bool = False
+    compile_backend: str = "inductor"
     cpu: bool = False  # force CPU even where a GPU is present
     # ddp: every process holds the whole model; fsdp: the model sharded over the processes
     # (accelerate's FSDP: a unit per encoder layer), for encoders too large for one GPU.
@@ -144,9 +148,9 @@ class DataConfig:
 
     max_examples: int | None = None  # cap every task's train and dev split (smoke runs)
     num_workers: int = 0
-    pin_memory: bool = False
+    pin_memory: bool | None = None  # null: on when training on a GPU
     persistent_workers: bool = False
-    pad_to_multiple_of: int | None = None
+    pad_to_multiple_of: int | None = None  # null: 32 with trainer.compile (length buckets), else 1
 
     def check(self) -> None:
         _at_least("data.max_examples", self.max_examples, 1)

@@ -164,15 +164,22 @@ class PackedEncoder:
         return encoder(**packed).last_hidden_state
 
     def check(self, encoder: nn.Module, inputs: dict, packing: Packing) -> bool:
+        """Whether the packed call matches the padded one on `inputs` (once per model: one
+        host-device sync for the gap; eager even where the encoder is compiled, so the check
+        compiles no graphs of its own)."""
         was_training = encoder.training
         encoder.eval()
         device_type = inputs["input_ids"].device.type
         try:
-            with torch.no_grad(), torch.autocast(device_type, enabled=False):
+            with (
+                torch.no_grad(),
+                torch.autocast(device_type, enabled=False),
+                torch.compiler.set_stance("force_eager"),
+            ):
                 padded = encoder(**inputs).last_hidden_state
                 packed = packing.unpack(self.run(encoder, inputs, packing))
             keep = inputs["attention_mask"].bool()
-            gap = (padded[keep] - packed[keep]).abs().max().item()
+            gap = float((padded[keep] - packed[keep]).abs().max())
         except Exception as err:  # an encoder that rejects 4-D masks or position ids
             gap, reason = float("inf"), f"{type(err).__name__}: {str(err).splitlines()[0]}"
         else:

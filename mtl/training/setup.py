@@ -30,6 +30,7 @@ from mtl.training.resume import (
     make_logger,
     run_of,
 )
+from mtl.training.speed import CompileCounter, compile_encoder, loader_settings
 from mtl.training.state import Progress, TrainState, Window
 from mtl.training.tracking import RunLogger, ShareMeter
 
@@ -76,6 +77,8 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     tasks, tokenizer = build_tasks(settings, cfg.seed)
     loader = build_loader(cfg, settings, tasks, tokenizer, accelerator)
     model = build_model(settings, tasks)
+    if t.compile:
+        compile_encoder(model, t.compile_backend)
     description = describe(settings, tasks, tokenizer)
     if checkpoint is not None:
         check_compatible(checkpoint, model, description, f"trainer.resume={t.resume}")
@@ -109,7 +112,7 @@ def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, ac
     every rank."""
     loaders = build_train_loaders(
         tasks,
-        settings,
+        loader_settings(settings, accelerator.device),
         cfg.sampler,
         seed=cfg.seed,
         num_replicas=accelerator.num_processes,
@@ -123,11 +126,14 @@ def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, ac
 
 
 def configured_hooks(settings, run_dir, accelerator, tasks, state, total_steps) -> list:
-    """The tracer (`trainer.trace`) and the progress bar (`trainer.progress_bar`, rank 0)."""
+    """The tracer (`trainer.trace`), the compile counter (`trainer.compile`) and the progress
+    bar (`trainer.progress_bar`, rank 0)."""
     t, hooks = settings.trainer, []
     if t.trace:
         sizes = {name: len(task_dataset(task, "train")) for name, task in tasks.items()}
         hooks.append(Tracer(run_dir, accelerator, sizes))
+    if t.compile:
+        hooks.append(CompileCounter())
     if t.progress_bar and accelerator.is_main_process:
         hooks.append(ProgressBar(total_steps, state.step))
     return hooks
@@ -141,8 +147,9 @@ def planned_steps(loader, epochs: int, grad_accum: int, max_steps: int | None) -
 
 
 def make_optimizer(groups: list[dict]) -> torch.optim.Optimizer:
-    """AdamW, fused where this torch build has it (CPU and CUDA; much faster per step than the
-    per-parameter loop, see benchmarks/bench_train_speed.py)."""
+    """AdamW, fused where this torch build has it (CPU and CUDA: one kernel for all parameters,
+    much faster per step than the per-parameter loop, see benchmarks/bench_train_speed.py; under
+    fp16 accelerate's grad scaler passes its scale to the fused kernel)."""
     try:
         return torch.optim.AdamW(groups, fused=True)
     except (RuntimeError, TypeError):

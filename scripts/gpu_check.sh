@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The checks to run when a GPU machine is lent (at most 8 minutes on one H200):
+#   1. the test suite's GPU-marked tests (pytest -m gpu: packing under bf16, AMP training, compile)
+#   2. benchmarks/bench_gpu.py: block_shuffle vs random on a BERT-base-sized encoder, fp32 vs bf16,
+#      compile on vs off, packed vs padded mixup steps, and mtl vs the HF Trainer (each tool in a
+#      process of its own), side by side in one run; the table is appended to docs/benchmarks.md.
+#
+#   scripts/gpu_check.sh [--cpu] [--out PATH]
+#
+# --cpu: the same pipeline at toy sizes on the CPU (the GPU tests are skipped there), in well
+# under a minute: what CI runs. --out PATH: append the table to PATH instead of
+# docs/benchmarks.md (--cpu writes nowhere unless given --out). Exits non-zero on the first failure.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+cpu=0
+out=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --cpu) cpu=1 ;;
+    --out) out="${2:?--out needs a path}"; shift ;;
+    *) echo "mtl: error: gpu_check.sh: unknown option $1; use [--cpu] [--out PATH]" >&2; exit 2 ;;
+  esac
+  shift
+done
+python="${PYTHON:-python}"
+
+if [[ $cpu == 0 ]]; then
+  if ! "$python" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    echo "mtl: error: gpu_check.sh: no CUDA device here; run it on a GPU, or with --cpu" >&2
+    exit 2
+  fi
+  out="${out:-docs/benchmarks.md}"
+fi
+
+echo "== GPU-marked tests" >&2
+# They live in one file (collecting the whole suite would take a minute); skipped without CUDA.
+"$python" -m pytest -q -m gpu -p no:cacheprovider tests/training/test_gpu.py
+
+echo "== benchmarks side by side" >&2
+bench=(benchmarks/bench_gpu.py)
+[[ $cpu == 1 ]] && bench+=(--quick)
+[[ -n $out ]] && bench+=(--markdown "$out")
+"$python" "${bench[@]}"
