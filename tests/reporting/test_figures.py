@@ -210,7 +210,7 @@ def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
         assert {f"share/{task}", f"share_target/{task}", f"eval/{task}/accuracy"} & keys["history"]
     assert {k for k in logged if k.startswith("eval/")} <= keys["history"]
     names = [s["name"] for s in spec["sections"]]
-    assert len(names) == 5 and names[-1] == "Sweep comparison"
+    assert len(names) == 6 and names[-1] == "Sweep comparison"
 
     workspace = script.build_workspace(spec)  # wandb-workspaces objects, no network
     assert [len(s.panels) for s in workspace.sections] == [
