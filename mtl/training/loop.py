@@ -212,8 +212,11 @@ class Training:
 
     def diagnose(self) -> None:
         """Gradient norms and cosines, lookahead affinities (`mtl.training.diagnostics`) and
-        the balancer's task weights at the current step, logged."""
+        the balancer's task weights at the current step, logged (by the main process only:
+        they need no other)."""
         run = self.run
+        if not run.accelerator.is_main_process:
+            return
         figures = self.diagnostics.figures(run.settings.trainer.lr)
         figures |= {f"task_weight/{t}": w for t, w in run.balancer.weights().items()}
         run.logger.log(figures, step=self.state.step)
