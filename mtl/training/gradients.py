@@ -52,7 +52,9 @@ class TaskGradients:
                 loss, [*self.shared, *head], retain_graph=k + 1 < len(names), allow_unused=True
             )
             shared = grads[: len(self.shared)]
-            for j, (view, grad) in enumerate(zip(self.rows[i].split(self.sizes), shared, strict=True)):
+            for j, (view, grad) in enumerate(
+                zip(self.rows[i].split(self.sizes), shared, strict=True)
+            ):
                 if grad is not None:
                     view.add_(grad.reshape(-1))
                     self.reached[j] = 1
