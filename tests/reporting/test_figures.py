@@ -67,6 +67,7 @@ def test_run_report_writes_a_png_per_concern(run_dir, capsys):
     main([str(run_dir)])
     printed = capsys.readouterr().out.split()
     names = {"report_shares", "report_losses", "report_dev", "report_throughput"}
+    names.add("report_interaction")  # diagnostics run at each evaluation by default
     assert {Path(p).stem for p in printed} == names
     for path in map(Path, printed):
         assert path.parent == run_dir and path.stat().st_size > 10_000
