@@ -263,8 +263,9 @@ def test_report_again_replaces_its_figures_and_writes_nothing_else(run_dir, tmp_
     first = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     main([str(folder)])
     printed = capsys.readouterr().out.split()
-    assert len(printed) == 8 and {p.name for p in folder.iterdir()} == set(first)
-    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[4:])
+    # five figures per report: the four concerns and the task interaction
+    assert len(printed) == 10 and {p.name for p in folder.iterdir()} == set(first)
+    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[5:])
 
 
 @pytest.mark.parametrize("bad", ["figure name is a folder", "metrics not utf-8"])
