@@ -24,6 +24,7 @@ BENCHMARKS = {
     "bench_packing.py": "packing",
     "bench_host_memory.py": "host_memory",
     "bench_predict.py": "predict",
+    "bench_balancers.py": "balancers",
 }
 
 

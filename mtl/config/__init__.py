@@ -24,7 +24,7 @@ from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name
     check_wandb_credentials,
     did_you_mean,
 )
-from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
+from mtl.config.parts import BALANCER_SCHEMAS, LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
 from mtl.task_types import TaskConfig, builtin_types, task_type_class
 
@@ -63,6 +63,9 @@ class TrainerConfig:
     progress_bar: bool = True
     # Several processes: a collective waiting longer fails the run instead of hanging.
     dist_timeout_s: float = 600.0
+    # Task-interaction diagnostics (gradient norms and cosines, lookahead affinity, task
+    # weights) every N optimizer steps; null: at each evaluation; 0: never.
+    diagnose_every: int | None = None
     trace: bool = False  # write trace_rank<r>.jsonl: tasks, example ids, loss, param hash per step
     # At the end, write <run>/export from the best model: mtl.load_model / mtl-predict's folder
     # and <run>/export/<task>/, a standard transformers model per task (mtl.inference.export).
@@ -79,6 +82,7 @@ class TrainerConfig:
         _at_least("trainer.patience", self.patience, 1)
         _one_of("trainer.monitor_mode", self.monitor_mode, ("max", "min"))
         _at_least("trainer.log_every", self.log_every, 1)
+        _at_least("trainer.diagnose_every", self.diagnose_every, 0)
         if self.dist_timeout_s <= 0:
             raise MtlError(f"trainer.dist_timeout_s={self.dist_timeout_s} must be > 0")
         for key in ("lr", "head_lr"):
@@ -173,6 +177,7 @@ class MtlConfig:
     task: dict[str, Any] = field(default_factory=dict)
     loader: Any = MISSING
     sampler: Any = MISSING
+    balancer: Any = MISSING  # mtl.balancers: how the task losses become one update
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -184,6 +189,7 @@ SCHEMAS = {
     "model_schema": ModelConfig,
     "logger_schema": LoggerConfig,
     **LOADER_AND_SAMPLER_SCHEMAS,
+    **BALANCER_SCHEMAS,
     # A built-in task file names its type's schema: every key the type has, while composing.
     **{f"{name}_task_schema": cls.Options for name, cls in builtin_types().items()},
 }

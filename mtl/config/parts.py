@@ -1,4 +1,4 @@
-"""The schemas of the `loader` and `sampler` config groups, read from the classes themselves.
+"""The schemas of the `loader`, `sampler` and `balancer` config groups, read from the classes.
 
 A built-in loader or sampler states every option's default once: in its constructor. The schema
 of `conf/loader/<name>.yaml` is a dataclass made from that signature (`options_schema`), stored
@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from mtl.balancers import DWA, Aggregate, Sum, Uncertainty
 from mtl.loaders.mixup import MixupLoader
 from mtl.loaders.random import RandomLoader
 from mtl.loaders.round_robin import RoundRobinLoader
@@ -28,6 +29,7 @@ from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudg
 # Arguments mtl passes itself when it builds the object; not config keys.
 LOADER_GIVEN = ("loaders", "seed", "pad_token_id")
 SAMPLER_GIVEN = ("lengths", "batch_size", "seed", "num_replicas", "rank")
+BALANCER_GIVEN = ("tasks", "loss_weights", "regression")
 
 _PLAIN = (bool, int, float, str)
 
@@ -72,4 +74,11 @@ LOADER_AND_SAMPLER_SCHEMAS = {
     "token_budget_sampler_schema": options_schema(
         TokenBudgetBatchSampler, SAMPLER_GIVEN, partial=True
     ),
+}
+
+BALANCER_SCHEMAS = {
+    "sum_balancer_schema": options_schema(Sum, BALANCER_GIVEN),
+    "uncertainty_balancer_schema": options_schema(Uncertainty, BALANCER_GIVEN),
+    "dwa_balancer_schema": options_schema(DWA, BALANCER_GIVEN),
+    "aggregate_balancer_schema": options_schema(Aggregate, BALANCER_GIVEN),
 }

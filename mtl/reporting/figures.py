@@ -3,7 +3,8 @@
 A run folder (it holds `metrics.jsonl`) gets four figures: `report_shares.png` (each task's
 share of the window and since the start against its target, one panel per task),
 `report_losses.png` (the training loss of each task), `report_dev.png` (each task's dev metrics
-at every evaluation) and `report_throughput.png` (padding efficiency and tokens/s).
+at every evaluation) and `report_throughput.png` (padding efficiency and tokens/s); a run with
+task-interaction diagnostics also `report_interaction.png` (`mtl.reporting.interaction`).
 
 A sweep folder (a Hydra multirun: job folders, each with `metrics.jsonl` or `results.json`)
 gets `report_sweep_monitor.png` (the monitored value of each job, as bars) and
@@ -32,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 
 from mtl.artifacts import check_target, write_file
 from mtl.errors import MtlError
+from mtl.reporting.interaction import interaction_figure
 from mtl.reporting.sweep import monitored
 from mtl.task_types import metric_directions
 
@@ -107,6 +109,8 @@ def run_figures(rows: list[dict], higher: dict[str, bool] | None = None) -> dict
     evals = eval_tasks(keys_with(rows, "eval/"))
     if evals:
         figures["report_dev"] = dev_figure(rows, evals, higher or {})
+    if keys_with(rows, "grad_norm/"):
+        figures["report_interaction"] = interaction_figure(rows)
     return figures
 
 

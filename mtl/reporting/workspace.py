@@ -6,8 +6,10 @@
 
 Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
-and padding, and a sweep comparison (a parallel-coordinates plot of the swept parameters and
-the monitored value, and the monitored value against each parameter). Every line plot's x-axis
+and padding, task interaction and balancing (`grad_norm/<t>`, `grad_cos/<a>/<b>`,
+`affinity/<a>/<b>`, `task_weight/<t>`: `mtl.training.diagnostics`), and a sweep comparison
+(a parallel-coordinates plot of the swept parameters and the monitored value, and the
+monitored value against each parameter). Every line plot's x-axis
 is `step`, the optimizer step mtl logs with every figure.
 
 `--run` reads the task names, their metrics and the swept parameters from a run folder
@@ -33,6 +35,7 @@ import yaml
 
 from mtl.errors import MtlError
 from mtl.task_types import metric_directions, task_type_class
+from mtl.training.diagnostics import diagnostic_keys
 from mtl.training.tracking import summary_of
 
 DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
@@ -170,9 +173,25 @@ def workspace_spec(
             {"name": "Losses", "panels": losses},
             {"name": "Dev metrics", "panels": dev},
             {"name": "Throughput and padding", "panels": throughput},
+            {"name": "Task interaction and balancing", "panels": interaction_panels(list(tasks))},
             {"name": "Sweep comparison", "panels": sweep},
         ],
     }
+
+
+def interaction_panels(tasks: list[str]) -> list[dict]:
+    """Gradient norms, gradient cosines, the lookahead affinity of a step on each task, and the
+    balancer's task weights (`mtl.training.diagnostics`)."""
+    keys = diagnostic_keys(tasks)
+    panels = [
+        line("gradient norm on the encoder", [k for k in keys if k.startswith("grad_norm/")]),
+        line("gradient cosine", [k for k in keys if k.startswith("grad_cos/")]),
+    ]
+    panels += [
+        line(f"affinity: a step on {a}", [k for k in keys if k.startswith(f"affinity/{a}/")])
+        for a in tasks
+    ]
+    return panels + [line("task weights", [k for k in keys if k.startswith("task_weight/")])]
 
 
 def spec_keys(spec: dict) -> dict[str, set[str]]:

@@ -43,8 +43,10 @@ from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.training.build import build_model
 from mtl.training.checkpoint import full_model, load_best, save_best, save_checkpoint
+from mtl.training.diagnostics import Diagnostics
 from mtl.training.distributed import make_accelerator
 from mtl.training.evaluate import evaluate, to_device
+from mtl.training.gradients import TaskGradients, average_grads
 from mtl.training.runlock import RunFolder
 from mtl.training.setup import Run, build_run, quiet_libraries
 from mtl.training.signals import StopSignal
@@ -79,6 +81,12 @@ class Training:
         self.run, self.progress = run, progress
         self.state, self.hooks = progress.state, run.hooks
         self.signal: StopSignal | None = None
+        self.gradients = None  # each task's gradient, for a balancer that aggregates them
+        if run.balancer.aggregates:
+            self.gradients = TaskGradients(run.model, run.balancer, run.accelerator)
+        self.diagnostics = None
+        if run.settings.trainer.diagnose_every != 0:
+            self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
 
     def train(self) -> RunResults:
         self.run.model.train()
@@ -113,7 +121,9 @@ class Training:
         self.evaluate()
 
     def micro_step(self, batch: dict, sync: bool, group: int) -> None:
-        """Forward and backward of one batch; gradients are all-reduced only when `sync`."""
+        """Forward and backward of one batch; gradients are all-reduced only when `sync`. The
+        balancer weighs the task losses into the loss backpropagated, or (when it aggregates
+        gradients) each task's gradient is kept apart until the optimizer step."""
         run, sums = self.run, self.progress.window.loss_sums
         mask = batch["attention_mask"]
         tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
@@ -121,9 +131,13 @@ class Training:
         batch = to_device(batch, run.accelerator.device)
         # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
         # earlier micro-batch of the step: tests/distributed checks grad_accum 2.
-        with contextlib.nullcontext() if sync else run.accelerator.no_sync(run.model):
+        together = sync and self.gradients is None
+        with contextlib.nullcontext() if together else run.accelerator.no_sync(run.model):
             out = run.model(batch)
-            run.accelerator.backward(out["loss"] / group)
+            if self.gradients is not None:
+                self.gradients.backward(out["task_losses"], group)
+            else:
+                run.accelerator.backward(run.balancer.loss(out["task_losses"]) / group)
         for name, value in out["task_losses"].items():
             sums[run.task_index[name], 0] += value.detach().float()
             sums[run.task_index[name], 1] += 1
@@ -131,11 +145,15 @@ class Training:
 
     def optimizer_step(self) -> None:
         run, max_norm = self.run, self.run.settings.trainer.max_grad_norm
+        if self.gradients is not None:
+            self.gradients.step()
+        average_grads(list(run.balancer.parameters()), run.accelerator.num_processes)
         if max_norm:
             run.accelerator.clip_grad_norm_(run.model.parameters(), max_norm)
         run.optimizer.step()
         run.scheduler.step()
         run.optimizer.zero_grad()
+        run.balancer.after_step()
         self.state.step += 1
         self.hooks.call("on_step_end", run, self.progress)
 
@@ -147,6 +165,8 @@ class Training:
             self.log_window()
         if t.eval_every and step % t.eval_every == 0:
             self.evaluate()
+        if t.diagnose_every and step % t.diagnose_every == 0:
+            self.diagnose()
         if self.signal.should_stop(run.accelerator):
             run.accelerator.print(self.signal.message(step, run.run_dir), file=sys.stderr)
             self.progress.stop = StopReason.SIGNAL
@@ -187,7 +207,20 @@ class Training:
         p.last_eval = figures
         run.logger.log(figures, step=self.state.step)
         p.evaluated_at = self.state.step
+        if t.diagnose_every is None:
+            self.diagnose()
         self.track_best()
+
+    def diagnose(self) -> None:
+        """Gradient norms and cosines, lookahead affinities (`mtl.training.diagnostics`) and
+        the balancer's task weights at the current step, logged (by the main process only:
+        they need no other)."""
+        run = self.run
+        if not run.accelerator.is_main_process:
+            return
+        figures = self.diagnostics.figures(run.settings.trainer.lr)
+        figures |= {f"task_weight/{t}": w for t, w in run.balancer.weights().items()}
+        run.logger.log(figures, step=self.state.step)
 
     def evaluate_test(self) -> dict[str, float]:
         """`test/<task>/<metric>` of every task with a test split, logged."""

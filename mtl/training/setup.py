@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import sys
@@ -17,10 +18,19 @@ from transformers import get_linear_schedule_with_warmup
 from transformers.utils import logging as hf_logging
 
 from mtl.config import Settings
+from mtl.config.checks import import_target
 from mtl.data import task_dataset
-from mtl.training.build import build_composite_loader, build_model, build_tasks, build_train_loaders
+from mtl.errors import MtlError
+from mtl.training.build import (
+    build,
+    build_composite_loader,
+    build_model,
+    build_tasks,
+    build_train_loaders,
+)
 from mtl.training.checkpoint import resolve_checkpoint
 from mtl.training.distributed import Tracer, check_same_run
+from mtl.training.gradients import notice_one_task_steps
 from mtl.training.hooks import Hooks, ProgressBar
 from mtl.training.resume import (
     check_compatible,
@@ -40,9 +50,9 @@ class Run:
     """What a run builds once and keeps to its end: its config and settings, folder, accelerator,
     tasks and tokenizer, the composite loader, the prepared model, optimizer and schedule, the
     logger, the number of optimizer steps planned (`total_steps`), what its checkpoints record
-    of it (`description`), the row of each task in the window's loss sums (`task_index`) and its
-    hooks. The objects themselves change as it trains (weights, optimizer state, the loader's
-    position); which objects they are does not."""
+    of it (`description`), the row of each task in the window's loss sums (`task_index`), its
+    hooks and its balancer (`mtl.balancers`). The objects themselves change as it trains
+    (weights, optimizer state, the loader's position); which objects they are does not."""
 
     cfg: DictConfig
     settings: Settings
@@ -59,6 +69,7 @@ class Run:
     description: dict
     task_index: dict[str, int]
     hooks: Hooks
+    balancer: Any = None
 
 
 def quiet_libraries() -> None:
@@ -83,13 +94,19 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     if checkpoint is not None:
         check_compatible(checkpoint, model, description, f"trainer.resume={t.resume}")
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
-    optimizer = make_optimizer(param_groups(model, t.lr, t.head_lr, t.weight_decay))
+    balancer = build_balancer(cfg, settings, tasks, loader, accelerator)
+    groups = param_groups(model, t.lr, t.head_lr, t.weight_decay)
+    if list(balancer.parameters()):  # uncertainty's log-variances: trained like the heads
+        groups.append({"params": list(balancer.parameters()), "lr": t.head_lr, "weight_decay": 0.0})
+    optimizer = make_optimizer(groups)
     scheduler = get_linear_schedule_with_warmup(
         optimizer, int(t.warmup_ratio * total_steps), total_steps
     )
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state = TrainState(ShareMeter(list(tasks)))
     accelerator.register_for_checkpointing(loader, state)
+    if balancer.state_dict():  # its parameters or running state (resume stays exact)
+        accelerator.register_for_checkpointing(balancer)
     if checkpoint is not None:
         load_checkpoint(accelerator, checkpoint, f"trainer.resume={t.resume}")
     rewind = (state.metrics_rows, state.step) if same_run else (0, 0) if restart else None
@@ -101,7 +118,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     run = Run(
         cfg, settings, run_dir, accelerator, tasks, tokenizer, loader, model, optimizer,
         scheduler, logger, total_steps, description, {name: i for i, name in enumerate(tasks)},
-        Hooks(hooks),
+        Hooks(hooks), balancer=balancer,
     )  # fmt: skip
     loss_sums = torch.zeros(len(tasks), 2, dtype=torch.float32, device=accelerator.device)
     return run, Progress(state, Window(loss_sums, state.step + 1))
@@ -123,6 +140,32 @@ def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, ac
     )
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     return loader
+
+
+def build_balancer(cfg: DictConfig, settings: Settings, tasks: dict, loader, accelerator):
+    """The configured balancer (`balancer=sum` when the config has none), on the device. Its
+    class gets the task names, `model.loss_weights` and the regression tasks (those whose head
+    maps onto a transformers regression model), each where its constructor names it; an
+    aggregating balancer says at start when every step holds one task."""
+    node = cfg.get("balancer") or OmegaConf.create({"_target_": "mtl.balancers.Sum"})
+    regression = []
+    for name, task in tasks.items():
+        kind = task.task_type.export_kind(task.label_names)
+        if kind is not None and kind.config.get("problem_type") == "regression":
+            regression.append(name)
+    given = {"loss_weights": dict(settings.model.loss_weights), "regression": regression}
+    accepted = inspect.signature(import_target(node._target_, "balancer._target_")).parameters
+    kwargs = {k: v for k, v in given.items() if k in accepted}
+    balancer = build(node, "balancer", list(tasks), **kwargs).to(accelerator.device)
+    if balancer.aggregates:
+        if settings.trainer.mixed_precision == "fp16":
+            raise MtlError(
+                f"balancer {node._target_} aggregates gradients, which fp16 loss scaling does "
+                "not reach; use trainer.mixed_precision=bf16 or no"
+            )
+        accum, is_main = settings.trainer.grad_accum, accelerator.is_main_process
+        notice_one_task_steps(loader, accum, node.get("aggregator") or node._target_, is_main)
+    return balancer
 
 
 def configured_hooks(settings, run_dir, accelerator, tasks, state, total_steps) -> list:

@@ -64,6 +64,7 @@ def test_every_group_is_found():
         "task",
         "loader",
         "sampler",
+        "balancer",
         "model",
         "trainer",
         "logger",

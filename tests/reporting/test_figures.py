@@ -67,6 +67,7 @@ def test_run_report_writes_a_png_per_concern(run_dir, capsys):
     main([str(run_dir)])
     printed = capsys.readouterr().out.split()
     names = {"report_shares", "report_losses", "report_dev", "report_throughput"}
+    names.add("report_interaction")  # diagnostics run at each evaluation by default
     assert {Path(p).stem for p in printed} == names
     for path in map(Path, printed):
         assert path.parent == run_dir and path.stat().st_size > 10_000
@@ -210,7 +211,7 @@ def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
         assert {f"share/{task}", f"share_target/{task}", f"eval/{task}/accuracy"} & keys["history"]
     assert {k for k in logged if k.startswith("eval/")} <= keys["history"]
     names = [s["name"] for s in spec["sections"]]
-    assert len(names) == 5 and names[-1] == "Sweep comparison"
+    assert len(names) == 6 and names[-1] == "Sweep comparison"
 
     workspace = script.build_workspace(spec)  # wandb-workspaces objects, no network
     assert [len(s.panels) for s in workspace.sections] == [
@@ -262,8 +263,9 @@ def test_report_again_replaces_its_figures_and_writes_nothing_else(run_dir, tmp_
     first = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     main([str(folder)])
     printed = capsys.readouterr().out.split()
-    assert len(printed) == 8 and {p.name for p in folder.iterdir()} == set(first)
-    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[4:])
+    # five figures per report: the four concerns and the task interaction
+    assert len(printed) == 10 and {p.name for p in folder.iterdir()} == set(first)
+    assert all(first[Path(p).name] < Path(p).stat().st_mtime_ns for p in printed[5:])
 
 
 @pytest.mark.parametrize("bad", ["figure name is a folder", "metrics not utf-8"])

@@ -1,0 +1,76 @@
+"""Gradient aggregation through torchjd: per-task gradients of the shared encoder -> one update."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from mtl.balancers.base import Balancer
+from mtl.errors import MtlError
+
+
+class Aggregate(Balancer):
+    """A torchjd aggregator applied to the step's per-task gradients of the shared encoder.
+
+    `aggregator` is the import path of any `torchjd.aggregation.Aggregator` (UPGrad, MGDA,
+    PCGrad, CAGrad, IMTLG, AlignedMTL, NashMTL, DualProj, GradDrop, ...); `options` its
+    constructor's arguments (a list becomes a tensor, e.g. `pref_vector`; NashMTL's `n_tasks`
+    is the number of tasks unless given). The encoder's gradient becomes the aggregator's output
+    on the matrix with one row per task of the step; `weights()` are the weights the
+    aggregator's weighting gave the rows, where it has one (GradDrop has none).
+    """
+
+    aggregates = True
+
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        loss_weights: Mapping[str, float] | None = None,
+        aggregator: str = "torchjd.aggregation.UPGrad",
+        options: dict[str, Any] | None = None,
+    ):
+        super().__init__(tasks, loss_weights)
+        cls = import_aggregator(aggregator)
+        kwargs = {
+            k: torch.tensor(v) if isinstance(v, list) else v for k, v in dict(options or {}).items()
+        }
+        if "n_tasks" in inspect.signature(cls).parameters:
+            kwargs.setdefault("n_tasks", len(self.tasks))
+        try:
+            self.aggregator = cls(**kwargs)
+        except ImportError as err:
+            raise MtlError(
+                f"aggregator={aggregator} needs packages that are not installed ({err}); "
+                "install them with: pip install 'torchjd[full]'"
+            ) from None
+        except (TypeError, ValueError) as err:
+            raise MtlError(f"aggregator={aggregator}: bad options {kwargs}: {err}") from None
+        self.last_weights = {}
+
+    def aggregate(self, matrix: torch.Tensor, tasks: Sequence[str]) -> torch.Tensor:
+        weighting = getattr(self.aggregator, "weighting", None)
+        if weighting is None:
+            self.last_weights = {}
+            return self.aggregator(matrix)
+        weights = weighting(matrix)
+        self.last_weights = dict(zip(tasks, weights.tolist(), strict=True))
+        return weights @ matrix
+
+
+def import_aggregator(path: str) -> type:
+    """The aggregator class at import path `path`, or a one-line error naming the fix."""
+    module_name, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        raise MtlError(
+            f"aggregator={path} does not import; give a class path such as "
+            "torchjd.aggregation.UPGrad"
+        ) from None
+    if not (isinstance(cls, type) and callable(cls)):
+        raise MtlError(f"aggregator={path} is not a class")
+    return cls

@@ -1,0 +1,125 @@
+"""Loss weightings: the step's task losses, weighted, summed into the one loss backpropagated."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mtl.balancers.base import Balancer
+from mtl.errors import MtlError
+
+
+class Sum(Balancer):
+    """The sum of the task losses, each times its `model.loss_weights` weight (1.0 unless set):
+    the same arithmetic, in the same order, as `MultiTaskModel`'s own loss (the default)."""
+
+    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return sum(self.loss_weights[name] * value for name, value in task_losses.items())
+
+
+class Uncertainty(Balancer):
+    """Homoscedastic uncertainty weighting (Kendall, Gal and Cipolla, CVPR 2018).
+
+    Each task has a learned log-variance `s` (`log_variance`, starting at `init_log_variance`),
+    trained with the model. A task's term is `w * (c * exp(-s) * L + s / 2)`, with `w` its loss
+    weight, `c` 1/2 for a regression task (the Gaussian likelihood: L / 2σ² + log σ) and 1 for
+    the others (the classification form: L / σ² + log σ). `weights()` gives `w * c * exp(-s)`.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        loss_weights: Mapping[str, float] | None = None,
+        regression: Sequence[str] = (),
+        init_log_variance: float = 0.0,
+    ):
+        super().__init__(tasks, loss_weights)
+        self.index = {name: i for i, name in enumerate(self.tasks)}
+        self.log_variance = nn.Parameter(torch.full((len(self.tasks),), float(init_log_variance)))
+        scale = [0.5 if name in set(regression) else 1.0 for name in self.tasks]
+        self.register_buffer("scale", torch.tensor(scale))
+
+    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        total = 0
+        for name, value in task_losses.items():
+            i = self.index[name]
+            s = self.log_variance[i]
+            total = total + self.loss_weights[name] * (
+                self.scale[i] * torch.exp(-s) * value + 0.5 * s
+            )
+        return total
+
+    def weights(self) -> dict[str, float]:
+        factors = (self.scale * torch.exp(-self.log_variance.detach())).tolist()
+        return {
+            name: self.loss_weights[name] * f for name, f in zip(self.tasks, factors, strict=True)
+        }
+
+
+class DWA(Balancer):
+    """Dynamic weight average (Liu, Johns and Davison, CVPR 2019).
+
+    The run is cut into windows of `window` optimizer steps (the paper's epochs). A task's
+    weight is `T * softmax(r / temperature)` over the T tasks, `r` the ratio of its mean loss
+    in the last window to that in the window before (all processes' losses); weight 1 until two
+    windows are done. A task with no loss in a window keeps its previous mean. Each term is
+    also times the task's loss weight.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        loss_weights: Mapping[str, float] | None = None,
+        temperature: float = 2.0,
+        window: int = 50,
+    ):
+        super().__init__(tasks, loss_weights)
+        if temperature <= 0:
+            raise MtlError(f"temperature={temperature} must be > 0 (the paper uses 2)")
+        if window < 1:
+            raise MtlError(f"window={window} must be >= 1 optimizer steps")
+        self.temperature, self.window = float(temperature), int(window)
+        self.index = {name: i for i, name in enumerate(self.tasks)}
+        n = len(self.tasks)
+        self.register_buffer("factors", torch.ones(n))
+        self.register_buffer("sums", torch.zeros(n, dtype=torch.float64))
+        self.register_buffer("counts", torch.zeros(n, dtype=torch.float64))
+        self.register_buffer("last", torch.full((n,), float("nan"), dtype=torch.float64))
+        self.register_buffer("before", torch.full((n,), float("nan"), dtype=torch.float64))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        total = 0
+        for name, value in task_losses.items():
+            i = self.index[name]
+            self.sums[i] += value.detach().double()
+            self.counts[i] += 1
+            total = total + self.loss_weights[name] * self.factors[i] * value
+        return total
+
+    def after_step(self) -> None:
+        self.steps += 1
+        if int(self.steps) % self.window:
+            return
+        sums, counts = self.sums.clone(), self.counts.clone()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
+            dist.all_reduce(counts)
+        means = torch.where(counts > 0, sums / counts.clamp(min=1), self.last)
+        self.before.copy_(self.last)
+        self.last.copy_(means)
+        self.sums.zero_()
+        self.counts.zero_()
+        ratio = self.last / self.before
+        if torch.isfinite(ratio).all():
+            n = len(self.tasks)
+            self.factors.copy_(n * torch.softmax(ratio / self.temperature, dim=0).float())
+
+    def weights(self) -> dict[str, float]:
+        return {
+            n: self.loss_weights[n] * f
+            for n, f in zip(self.tasks, self.factors.tolist(), strict=True)
+        }

@@ -1,0 +1,87 @@
+"""`report_interaction.png`: the task-interaction diagnostics of a run (`mtl.training.diagnostics`).
+
+Six panels: the gradient cosine matrix and the lookahead affinity matrix at the last diagnosed
+step (row a, column b: `grad_cos/<a>/<b>`, symmetric; `affinity/<a>/<b>`, how a step on a
+changes b's loss), each over time (one line per pair), the task weights the balancer gave
+(`task_weight/<t>`) and the gradient norms on the shared encoder (`grad_norm/<t>`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def last_row_with(rows: list[dict], prefix: str) -> dict:
+    """The last logged row that holds keys starting with `prefix` ({} if none)."""
+    for row in reversed(rows):
+        if any(key.startswith(prefix) for key in row):
+            return row
+    return {}
+
+
+def interaction_tasks(rows: list[dict]) -> list[str]:
+    """The diagnosed tasks, in logging order (from `grad_norm/<t>`)."""
+    return [
+        k.removeprefix("grad_norm/")
+        for k in last_row_with(rows, "grad_norm/")
+        if k.startswith("grad_norm/")
+    ]
+
+
+def matrix(row: dict, prefix: str, tasks: list[str], symmetric: bool) -> np.ndarray:
+    values = np.full((len(tasks), len(tasks)), np.nan)
+    for i, a in enumerate(tasks):
+        if symmetric:
+            values[i, i] = 1.0
+        for j, b in enumerate(tasks):
+            if f"{prefix}{a}/{b}" in row:
+                values[i, j] = row[f"{prefix}{a}/{b}"]
+                if symmetric:
+                    values[j, i] = values[i, j]
+    return values
+
+
+def draw_matrix(ax, values: np.ndarray, tasks: list[str], title: str, limit: float) -> None:
+    image = ax.imshow(values, cmap="coolwarm", vmin=-limit, vmax=limit)
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
+    for (i, j), value in np.ndenumerate(values):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=8)
+    ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+
+
+def draw_lines(ax, rows: list[dict], prefix: str, title: str) -> None:
+    keys = list(dict.fromkeys(k for row in rows for k in row if k.startswith(prefix)))
+    for key in keys:
+        pairs = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot(*zip(*pairs, strict=True), marker="o", ms=3, lw=1, label=key.removeprefix(prefix))
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if keys:
+        ax.legend(fontsize=7)
+
+
+def interaction_figure(rows: list[dict]) -> Figure:
+    tasks = interaction_tasks(rows)
+    fig = Figure(figsize=(15, 8.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle("Task interaction on the shared encoder, and the balancer's weights", fontsize=13)
+    axes = [fig.add_subplot(2, 3, i + 1) for i in range(6)]
+    last = last_row_with(rows, "grad_cos/")
+    step = last.get("step", "?")
+    draw_matrix(axes[0], matrix(last, "grad_cos/", tasks, True), tasks,
+                f"gradient cosine (step {step})", 1.0)  # fmt: skip
+    affinity = matrix(last_row_with(rows, "affinity/"), "affinity/", tasks, False)
+    limit = float(np.nanmax(np.abs(affinity))) if np.isfinite(affinity).any() else 1.0
+    draw_matrix(axes[1], affinity, tasks, f"affinity: row's step on column (step {step})",
+                limit or 1.0)  # fmt: skip
+    draw_lines(axes[2], rows, "task_weight/", "task weights")
+    draw_lines(axes[3], rows, "grad_cos/", "gradient cosine over time")
+    draw_lines(axes[4], rows, "affinity/", "affinity over time")
+    draw_lines(axes[5], rows, "grad_norm/", "gradient norm on the encoder")
+    return fig

@@ -1,0 +1,78 @@
+"""Two CPU processes (torchrun, gloo) aggregating with UPGrad: every task's gradient averaged over
+the processes before aggregation gives the update of one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from mtl.config import register_configs
+from mtl.training.checkpoint import trained_weights
+from mtl.training.loop import run
+
+ROOT = Path(__file__).resolve().parents[2]
+# Losses that are means over rows: a token-level loss is a mean over each process's own tokens,
+# which averaged over processes is not the mean over all tokens (under any balancer, sum too).
+TASKS = ["synthetic_cls", "synthetic_pair", "synthetic_reg"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+# No dropout (each rank draws its own), two steps, every task in every (mixup) step.
+COMMON = [
+    "debug=fast", f"task=[{','.join(TASKS)}]", "loader=mixup", "sampler=random",
+    "balancer=upgrad", "trainer.max_steps=2", "trainer.export=false", "trainer.diagnose_every=0",
+    "model.head_dropout=0", "+model.config.hidden_dropout_prob=0",
+    "+model.config.attention_probs_dropout_prob=0",
+]  # fmt: skip
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def batch_size(n: int) -> list[str]:
+    return [f"task.{t}.batch_size={n}" for t in TASKS]
+
+
+def losses(run_dir: Path) -> dict[int, dict[str, float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {
+        r["step"]: {k: v for k, v in r.items() if k.startswith("loss/")}
+        for r in rows
+        if "loss" in r
+    }
+
+
+def test_two_processes_give_the_update_of_one_with_the_same_global_batch(tmp_path):
+    two = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [*TORCHRUN, str(ROOT / "train.py"), *COMMON, *batch_size(8), "trainer.trace=true",
+         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # it ran as one run of 2 processes
+        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
+        assert header["world"] == 2 and header["rank"] == rank
+
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        one_cfg = compose("config", [*COMMON, *batch_size(16), f"output_dir={tmp_path / 'one'}"])
+    run(one_cfg)
+
+    step = "checkpoints/step_0000002"
+    one, _ = trained_weights(str(tmp_path / "one" / step))
+    both, _ = trained_weights(str(two / step))
+    assert one.keys() == both.keys()
+    for key in one:  # AdamW's first steps are ±lr where a gradient is nearly 0: lr is the scale
+        torch.testing.assert_close(both[key], one[key], rtol=0, atol=2e-5, msg=key)
+    one_losses, two_losses = losses(tmp_path / "one"), losses(two)
+    assert sorted(one_losses) == sorted(two_losses) == [1, 2]
+    for step_losses in one_losses:
+        assert two_losses[step_losses] == pytest.approx(one_losses[step_losses], rel=1e-4)

@@ -1,0 +1,116 @@
+"""Balancers in training: the real config composed with overrides, a few steps in-process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from mtl.config import register_configs, validate
+from mtl.training.distributed import make_accelerator
+from mtl.training.evaluate import to_device
+from mtl.training.loop import Training, task_counts
+from mtl.training.setup import build_run
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]"]
+
+
+class TodaysLoop(Training):
+    """The micro-step as it was before balancers: the model's own loss, backpropagated."""
+
+    def micro_step(self, batch: dict, sync: bool, group: int) -> None:
+        run, sums = self.run, self.progress.window.loss_sums
+        mask = batch["attention_mask"]
+        tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
+        self.state.shares.update(task_counts(batch), tokens, mask.numel(), sequences=mask.shape[0])
+        batch = to_device(batch, run.accelerator.device)
+        with contextlib.nullcontext() if sync else run.accelerator.no_sync(run.model):
+            out = run.model(batch)
+            run.accelerator.backward(out["loss"] / group)
+        for name, value in out["task_losses"].items():
+            sums[run.task_index[name], 0] += value.detach().float()
+            sums[run.task_index[name], 1] += 1
+
+
+def train(cfg, loop: type[Training] = Training):
+    settings = validate(cfg)
+    accelerator = make_accelerator(settings.trainer, Path(cfg.output_dir), log_with_wandb=False)
+    return loop(*build_run(cfg, settings, accelerator)).train()
+
+
+def weights_of(results) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in results.model.state_dict().items()}
+
+
+MIXUP = ["loader=mixup", "+model.loss_weights.synthetic_tag=2.0", "trainer.export=false"]
+ROUND_ROBIN = ["loader=round_robin", "trainer.grad_accum=3", "trainer.export=false"]
+
+
+@pytest.fixture(scope="module")
+def summed(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
+    """The parameters after `balancer=sum` (the default) runs, per loader."""
+    folder = tmp_path_factory.mktemp("summed")
+    diagnosed = ["trainer.diagnose_every=1"]  # after every step: they must not change a weight
+    return {
+        name: weights_of(train(compose(*loader, *diagnosed, output_dir=folder / name)))
+        for name, loader in (("mixup", MIXUP), ("round_robin", ROUND_ROBIN))
+    }
+
+
+def compose(*overrides: str, output_dir: Path):
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return hydra_compose("config", overrides=[*BASE, f"output_dir={output_dir}", *overrides])
+
+
+def test_sum_gives_bit_identical_parameters_to_todays_loop(summed, tmp_path):
+    new = summed["mixup"]
+    old_cfg = compose(*MIXUP, "trainer.diagnose_every=0", output_dir=tmp_path / "old")
+    old = weights_of(train(old_cfg, TodaysLoop))
+    assert new.keys() == old.keys()
+    for key in new:
+        assert torch.equal(new[key], old[key]), key
+
+
+@pytest.mark.parametrize("loader", ["mixup", "round_robin"])
+def test_per_task_gradients_summed_give_the_sum_balancers_update(summed, tmp_path, loader):
+    """torchjd's Sum aggregator over the kept per-task gradients: the same update as the
+    plain backward, for one encoder call (mixup) and across micro-steps (round_robin)."""
+    overrides = MIXUP if loader == "mixup" else ROUND_ROBIN
+    kept = compose(
+        *overrides, "balancer=upgrad", "balancer.aggregator=torchjd.aggregation.Sum",
+        output_dir=tmp_path / "kept",
+    )  # fmt: skip
+    aggregated = weights_of(train(kept))
+    for key, value in summed[loader].items():
+        torch.testing.assert_close(aggregated[key], value, rtol=1e-5, atol=1e-6)
+
+
+def losses_by_step(run_dir: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {
+        r["step"]: {k: v for k, v in r.items() if k.startswith("loss")} for r in rows if "loss" in r
+    }
+
+
+def test_resume_with_uncertainty_continues_exactly(tmp_path):
+    common = ["balancer=uncertainty", "loader=mixup", "trainer.epochs=2", "trainer.max_steps=6"]
+    common += ["trainer.export=false"]
+    full = train(compose(*common, "trainer.checkpoint_every=3", output_dir=tmp_path / "full"))
+    checkpoint = tmp_path / "full" / "checkpoints" / "step_0000003"
+    resumed = train(compose(*common, f"trainer.resume={checkpoint}", output_dir=tmp_path / "res"))
+    expected, got = losses_by_step(tmp_path / "full"), losses_by_step(tmp_path / "res")
+    assert sorted(got) == [4, 5, 6]
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7)
+    full_weights, resumed_weights = weights_of(full), weights_of(resumed)
+    for key in full_weights:  # the learned log-variances weighed the same losses
+        torch.testing.assert_close(resumed_weights[key], full_weights[key], rtol=1e-6, atol=1e-7)
