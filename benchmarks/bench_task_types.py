@@ -23,15 +23,15 @@ from harness import CONF, emit, parser, table
 from mtl.config import TaskConfig
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler
-from mtl.task_types import task_config as options_of
+from mtl.task_types import task_config
 
 TASKS = ("pydoc_pair", "pydoc_choice", "pydoc_qa")
 
 
-def task_config(name: str) -> TaskConfig:
+def bundled_task_config(name: str) -> TaskConfig:
     node = yaml.safe_load((CONF / "task" / f"{name}.yaml").read_text())
     node.pop("defaults", None)  # the type's schema, named for Hydra
-    return options_of(node, name)
+    return task_config(node, name)
 
 
 def measure(task, batch_size: int, sampler) -> tuple[float, float]:
@@ -55,7 +55,7 @@ def main() -> None:
     figures |= {"padding_efficiency": {}, "collate_us": {}}
     rows = []
     for name in TASKS:
-        config = task_config(name)
+        config = bundled_task_config(name)
         task = build_task_from_config(
             name, config, tokenizer, max_examples=200 if args.quick else None
         )

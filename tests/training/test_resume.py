@@ -104,7 +104,7 @@ def saving(run_dir: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_three_times_and_resumed_is_one_run(tmp_path):
+def test_killed_five_times_and_resumed_is_one_run(tmp_path):
     full = tmp_path / "full"
     done = train(f"output_dir={full}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -116,7 +116,7 @@ def test_killed_three_times_and_resumed_is_one_run(tmp_path):
         assert attempts < 20, "the run kept finishing before it could be killed"
         resume = [f"trainer.resume={part}"] if complete_checkpoint(part) else []
         proc = start(*resume, f"output_dir={part}", cwd=tmp_path)
-        if kills == 3:
+        if kills == 5:
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err[-3000:]
             break
