@@ -25,6 +25,7 @@ BENCHMARKS = {
     "bench_host_memory.py": "host_memory",
     "bench_predict.py": "predict",
     "bench_balancers.py": "balancers",
+    "bench_families.py": "families",
 }
 
 

@@ -180,6 +180,9 @@ ALLOWED_PRIVATE_IMPORTS = {
     # The default process group may be started before the config is read (`start_launch`);
     # torch has no public call that changes its timeout afterwards (`trainer.dist_timeout_s`).
     "from torch.distributed.distributed_c10d import _set_pg_timeout",
+    # torch.compile has no public count of the graphs it compiled (`compile/graphs`,
+    # `compile/recompiles` of trainer.compile).
+    "from torch._dynamo.utils import counters",
 }
 
 

@@ -38,9 +38,7 @@ def loader_settings(settings: Settings, device: torch.device) -> Settings:
 
 def compile_encoder(model: torch.nn.Module, backend: str) -> None:
     """Compile `model.encoder` in place with torch.compile's `backend`."""
-    import torch._dynamo
-
-    backends = torch._dynamo.list_backends(exclude_tags=())
+    backends = torch.compiler.list_backends(exclude_tags=())
     if backend not in backends:
         raise MtlError(
             f"trainer.compile_backend={backend!r} is not a torch.compile backend here; "
