@@ -166,7 +166,7 @@ class Training:
         if t.eval_every and step % t.eval_every == 0:
             self.evaluate()
         if t.diagnose_every and step % t.diagnose_every == 0:
-            self.diagnose()
+            self.run.logger.log(self.diagnose(), step=step)
         if self.signal.should_stop(run.accelerator):
             run.accelerator.print(self.signal.message(step, run.run_dir), file=sys.stderr)
             self.progress.stop = StopReason.SIGNAL
@@ -205,22 +205,21 @@ class Training:
         mains = [figures[f"eval/{n}/{task.task_type.main_metric}"] for n, task in run.tasks.items()]
         figures["eval/mean"] = sum(mains) / len(mains)
         p.last_eval = figures
-        run.logger.log(figures, step=self.state.step)
+        # diagnostics at each evaluation share its row of metrics.jsonl
+        diagnosed = self.diagnose() if t.diagnose_every is None else {}
+        run.logger.log(figures | diagnosed, step=self.state.step)
         p.evaluated_at = self.state.step
-        if t.diagnose_every is None:
-            self.diagnose()
         self.track_best()
 
-    def diagnose(self) -> None:
+    def diagnose(self) -> dict[str, float]:
         """Gradient norms and cosines, lookahead affinities (`mtl.training.diagnostics`) and
-        the balancer's task weights at the current step, logged (by the main process only:
-        they need no other)."""
+        the balancer's task weights at the current step (computed by the main process only:
+        they need no other; {} on the others)."""
         run = self.run
         if not run.accelerator.is_main_process:
-            return
+            return {}
         figures = self.diagnostics.figures(run.settings.trainer.lr)
-        figures |= {f"task_weight/{t}": w for t, w in run.balancer.weights().items()}
-        run.logger.log(figures, step=self.state.step)
+        return figures | {f"task_weight/{t}": w for t, w in run.balancer.weights().items()}
 
     def evaluate_test(self) -> dict[str, float]:
         """`test/<task>/<metric>` of every task with a test split, logged."""
