@@ -100,7 +100,7 @@ MIXUP = [
 _MIXUP_RUNS: dict[str, tuple[Path, Path, str]] = {}
 
 
-def compose_cfg(out: Path, model: Path, *overrides: str):
+def compose_cfg(out: Path, model: Path, *overrides: str, tasks: list[str] = TASKS):
     GlobalHydra.instance().clear()
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
@@ -110,14 +110,16 @@ def compose_cfg(out: Path, model: Path, *overrides: str):
                 "debug=fast",
                 "model=minilm",
                 f"model.name_or_path={model}",
-                f"task=[{','.join(TASKS)}]",
+                f"task=[{','.join(tasks)}]",
                 f"output_dir={out}",
                 *overrides,
             ],
         )
 
 
-def mixup_run(model_type: str, tmp_path_factory) -> tuple[Path, Path, str]:
+def mixup_run(
+    model_type: str, tmp_path_factory, tasks: list[str] = TASKS
+) -> tuple[Path, Path, str]:
     """(tiny model folder, its mixup run with every task's standard export, the run's stderr),
     made once per family."""
     if model_type not in _MIXUP_RUNS:
@@ -125,7 +127,7 @@ def mixup_run(model_type: str, tmp_path_factory) -> tuple[Path, Path, str]:
         model = save_tiny_model(model_type, root / "model")
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            results = train(compose_cfg(root / "mixup", model, *MIXUP))
+            results = train(compose_cfg(root / "mixup", model, *MIXUP, tasks=tasks))
         export = root / "mixup" / "export"
         r = results
         write_export(r.model, r.tokenizer, r.tasks, r.settings, export, standard=True)
@@ -141,15 +143,29 @@ def runs(request, tmp_path_factory) -> SimpleNamespace:
 
 @pytest.fixture(scope="module", params=DEEP)
 def deep(request, tmp_path_factory) -> SimpleNamespace:
-    """The mixup run resumed from its step 2, and one epoch of loader=random (one batch of
-    each task)."""
+    """One epoch of loader=random (one batch of each task)."""
     model, mixup, _ = mixup_run(request.param, tmp_path_factory)
-    root = mixup.parent
-    step_2 = mixup / "checkpoints" / "step_0000002"
-    train(compose_cfg(root / "resumed", model, *MIXUP, f"trainer.resume={step_2}"))
     random = ["loader=random", "data.max_examples=16", "trainer.max_steps=null"]
-    train(compose_cfg(root / "random", model, *random, "trainer.export=false"))
-    return SimpleNamespace(mixup=mixup, resumed=root / "resumed", random=root / "random")
+    train(compose_cfg(mixup.parent / "random", model, *random, "trainer.export=false"))
+    return SimpleNamespace(random=mixup.parent / "random")
+
+
+# Resume and pipelines of the families whose heads take BERT's parameters (BERT itself:
+# tests/training/test_loop.py, tests/inference/test_export.py): a run of the two task types
+# the pipelines serve; the deep families reuse their six-task runs.
+LIGHT = [f for f in FAMILIES if f not in ("bert", *DEEP)]
+PIPELINE_TASKS = ["synthetic_cls", "synthetic_tag"]
+
+
+@pytest.fixture(scope="module", params=DEEP + LIGHT)
+def resumed(request, tmp_path_factory) -> SimpleNamespace:
+    """A family's mixup run and the same run resumed from its step 2 in another folder."""
+    tasks = TASKS if request.param in DEEP else PIPELINE_TASKS
+    model, mixup, _ = mixup_run(request.param, tmp_path_factory, tasks)
+    step_2 = mixup / "checkpoints" / "step_0000002"
+    resumed = mixup.parent / "resumed"
+    train(compose_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}", tasks=tasks))
+    return SimpleNamespace(model_type=request.param, mixup=mixup, resumed=resumed)
 
 
 @pytest.fixture(scope="module")
@@ -214,15 +230,15 @@ def test_packs_where_the_family_allows_it(runs, loaded):
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly(deep):
+def test_resume_continues_exactly(resumed):
     def losses(run_dir):
         return {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
 
-    full, resumed = losses(deep.mixup), losses(deep.resumed)
-    assert sorted(resumed) == [3, 4]
-    assert resumed == pytest.approx({s: full[s] for s in resumed}, rel=1e-5)
-    want = load_file(deep.mixup / "checkpoints" / "step_0000004" / "model.safetensors")
-    got = load_file(deep.resumed / "checkpoints" / "step_0000004" / "model.safetensors")
+    full, again = losses(resumed.mixup), losses(resumed.resumed)
+    assert sorted(again) == [3, 4]
+    assert again == pytest.approx({s: full[s] for s in again}, rel=1e-5)
+    step_4 = Path("checkpoints") / "step_0000004" / "model.safetensors"
+    want, got = load_file(resumed.mixup / step_4), load_file(resumed.resumed / step_4)
     assert want.keys() == got.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6)
@@ -255,10 +271,11 @@ def test_exports_each_task_type_with_mtl_logits(name, runs, loaded):
 
 
 @pytest.mark.slow
-def test_pipelines_predict_as_mtl_predict(runs, tmp_path):
+def test_pipelines_predict_as_mtl_predict(resumed, tmp_path):
     """text-classification and token-classification pipelines of the exported tasks give what
     `mtl-predict` writes for the same rows."""
-    for name in ("synthetic_cls", "synthetic_tag"):
+    runs = resumed  # its first run's export
+    for name in PIPELINE_TASKS:
         rows = input_rows(name)
         source = tmp_path / f"{name}.jsonl"
         source.write_text("".join(json.dumps(r) + "\n" for r in rows))
