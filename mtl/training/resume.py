@@ -94,12 +94,14 @@ def wandb_seen_step(run_dir: Path, run_id: str) -> int:
     return seen
 
 
-def describe(settings, tasks: dict, tokenizer) -> dict:
-    """What a checkpoint records of its run, to compare on resume: each task's type, the model
-    and the tokenizer (its name and a hash of its vocabulary)."""
+def describe(settings, tasks: dict, tokenizer, balancer) -> dict:
+    """What a checkpoint records of its run, to compare on resume: each task's type, the model,
+    the tokenizer (its name and a hash of its vocabulary) and the balancer's config (its state
+    and optimizer parameters are its own)."""
     m = settings.model
     vocab = sorted(tokenizer.get_vocab().items())
     return {
+        "balancer": OmegaConf.to_container(balancer, resolve=True),
         "tasks": {name: task.type for name, task in tasks.items()},
         "model": m.name_or_path or "(packaged MiniLM)",
         "tokenizer": {
@@ -120,7 +122,7 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     )
     theirs = _saved_description(folder)
     ours = description
-    for key in ("tasks", "model", "tokenizer"):
+    for key in ("tasks", "model", "tokenizer", "balancer"):
         if theirs and key in theirs and theirs[key] != ours[key]:
             raise _everywhere(
                 f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "

@@ -90,7 +90,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     model = build_model(settings, tasks)
     if t.compile:
         compile_encoder(model, t.compile_backend)
-    description = describe(settings, tasks, tokenizer)
+    description = describe(settings, tasks, tokenizer, balancer_node(cfg))
     if checkpoint is not None:
         check_compatible(checkpoint, model, description, f"trainer.resume={t.resume}")
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
@@ -142,12 +142,17 @@ def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, ac
     return loader
 
 
+def balancer_node(cfg: DictConfig) -> DictConfig:
+    """The run's balancer config (`balancer=sum` when the config has none)."""
+    return cfg.get("balancer") or OmegaConf.create({"_target_": "mtl.balancers.Sum"})
+
+
 def build_balancer(cfg: DictConfig, settings: Settings, tasks: dict, loader, accelerator):
     """The configured balancer (`balancer=sum` when the config has none), on the device. Its
     class gets the task names, `model.loss_weights` and the regression tasks (those whose head
     maps onto a transformers regression model), each where its constructor names it; an
     aggregating balancer says at start when every step holds one task."""
-    node = cfg.get("balancer") or OmegaConf.create({"_target_": "mtl.balancers.Sum"})
+    node = balancer_node(cfg)
     regression = []
     for name, task in tasks.items():
         kind = task.task_type.export_kind(task.label_names)

@@ -293,6 +293,8 @@ def test_resume_from_a_damaged_checkpoint(trained, tmp_path, capsys):
             "the head of task 'synthetic_cls' differs from the checkpoint's "
             "(heads.synthetic_cls.out.bias: shape (3,) there, shape (4,) here)",
         ),
+        # its log-variances are parameters the checkpoint's optimizer does not hold
+        (["balancer=uncertainty"], "balancer [_target_ (mtl.balancers.Sum)], this run has"),
     ],
 )
 def test_resume_with_another_config_names_what_differs(
