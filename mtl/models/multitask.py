@@ -52,7 +52,7 @@ class MultiTaskModel(nn.Module):
     def encode(self, batch: Mapping) -> torch.Tensor:
         inputs = self.adapter.encoder_inputs(batch)
         if self.packed is not None:
-            return self.packed(self.encoder, inputs)
+            return self.packed(self.encoder, inputs, batch.get("host_attention_mask"))
         return self.encoder(**inputs).last_hidden_state
 
     def logits(self, batch: Mapping) -> dict[str, torch.Tensor]:

@@ -140,9 +140,13 @@ class PackedEncoder:
         parameters = inspect.signature(encoder.forward).parameters
         self.supported: bool | None = None if "position_ids" in parameters else False
 
-    def __call__(self, encoder: nn.Module, inputs: dict) -> torch.Tensor:
+    def __call__(
+        self, encoder: nn.Module, inputs: dict, host_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`host_mask`: the batch's attention mask on the host, where `inputs` are on a device
+        (the plan is made from it without waiting for the device)."""
         if self.supported is not False:
-            packing = Packing(inputs["attention_mask"])
+            packing = Packing(inputs["attention_mask"] if host_mask is None else host_mask)
             if packing.worth_it():
                 if self.supported is None:
                     self.supported = self.check(encoder, inputs, packing)

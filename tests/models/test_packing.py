@@ -15,6 +15,7 @@ from mtl.config import validate
 from mtl.models import load_encoder
 from mtl.models.packing import PackedEncoder, Packing, first_fit
 from mtl.training.build import build_composite_loader, build_model, build_tasks, build_train_loaders
+from mtl.training.evaluate import to_device
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -70,6 +71,33 @@ def test_packed_hidden_states_and_gradients_equal_the_padded_call(attention):
     assert (unpacked[~keep] == 0).all()
     for a, b in zip(padded_grads, packed_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_packing_plans_from_the_host_mask_a_device_batch_keeps():
+    """Off the CPU, `to_device` keeps the host mask and packing plans from it, never reading
+    the device copy (that read would wait for the device every batch)."""
+    batch = {**padded_batch([3, 40, 5, 7], width=40), "task": "t"}
+    moved = to_device(batch, "meta")
+    assert moved["attention_mask"].device.type == "meta"
+    assert moved["host_attention_mask"] is batch["attention_mask"]
+    assert "host_attention_mask" not in to_device(batch, "cpu")  # on the CPU: one copy
+
+    torch.manual_seed(0)
+    encoder = load_encoder(None, random_init=True, config=TINY)
+    packed = PackedEncoder(encoder)
+    inputs = padded_batch([3, 40, 5, 0, 7, 12, 2, 9, 4, 6], width=40)
+    host = inputs["attention_mask"].clone()
+
+    def no_read():
+        raise AssertionError("the device mask was read on the host")
+
+    inputs["attention_mask"].detach = no_read  # what Packing would call to read it
+    with torch.no_grad():
+        hidden = packed(encoder, inputs, host)
+        padded = encoder(**inputs).last_hidden_state
+    assert packed.supported is True
+    keep = host.bool()
+    assert torch.allclose(hidden[keep], padded[keep], atol=1e-5)
 
 
 def test_a_dense_batch_runs_padded():
