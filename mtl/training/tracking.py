@@ -136,22 +136,26 @@ class ShareMeter:
     def __init__(self, tasks: list[str]):
 
         self.tasks = tasks
-        # per task, then: sequences (rows the encoder reads), real tokens, padded tokens
-        self.window = torch.zeros(len(tasks) + 3, dtype=torch.float64)
+        self.index = {name: i for i, name in enumerate(tasks)}
+        # per task, then: sequences (rows the encoder reads), real tokens, padded tokens; host
+        # numbers until the window is reduced (a tensor op per batch costs more than the sums)
+        self.window = [0.0] * (len(tasks) + 3)
         self.total = torch.zeros(len(tasks), dtype=torch.float64)
 
     def update(
         self, task_counts: dict[str, int], tokens: int, padded: int, sequences: int = 0
     ) -> None:
+        window = self.window
         for name, count in task_counts.items():
-            self.window[self.tasks.index(name)] += count
-        self.window[-3] += sequences
-        self.window[-2] += tokens
-        self.window[-1] += padded
+            window[self.index[name]] += count
+        window[-3] += sequences
+        window[-2] += tokens
+        window[-1] += padded
 
     def figures(self, accelerator, target: dict[str, float]) -> dict[str, float]:
-        window = accelerator.reduce(self.window.to(accelerator.device), reduction="sum").cpu()
-        self.window.zero_()
+        counted = torch.tensor(self.window, dtype=torch.float64, device=accelerator.device)
+        window = accelerator.reduce(counted, reduction="sum").cpu()
+        self.window = [0.0] * len(self.window)
         counts = window[: len(self.tasks)]
         self.total += counts
         out: dict[str, float] = {}
