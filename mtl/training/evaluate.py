@@ -13,10 +13,25 @@ import torch
 from mtl.data import task_dataset
 
 
-def eval_batches(lengths, batch_size: int, rank: int = 0, world: int = 1) -> list[list[int]]:
-    """This process's batches of row indices: its strided share of the rows, longest first."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")[rank::world]
-    return [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+def eval_batches(
+    lengths, batch_size: int, rank: int = 0, world: int = 1
+) -> list[tuple[list[int], bool]]:
+    """This process's batches of row indices, longest rows first, as (indices, counted).
+
+    Every process gets the same number of batches (under FSDP each forward call waits for every
+    process): the rows are cut into chunks of `batch_size * world`, each process takes its
+    strided share of a chunk. Where a chunk's share is empty (its last rows are fewer than the
+    processes) the process runs the chunk's first row again, with counted False: its prediction
+    is not kept.
+    """
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    chunk = batch_size * world
+    batches = []
+    for start in range(0, len(order), chunk):
+        rows = order[start : start + chunk]
+        share = rows[rank::world].tolist()
+        batches.append((share, True) if share else (rows[:1].tolist(), False))
+    return batches
 
 
 def to_device(batch: dict, device) -> dict:
@@ -48,13 +63,14 @@ def predict_split(model, task, accelerator, batch_size: int, split: str = "dev")
     dataset, collate = task_dataset(task, split), task.collator()
     rows = []
     lengths = task.splits[split]["length"]
-    for indices in eval_batches(
+    for indices, counted in eval_batches(
         lengths, batch_size, accelerator.process_index, accelerator.num_processes
     ):
         batch = to_device(collate(dataset.__getitems__(indices)), accelerator.device)
         with accelerator.autocast():
             logits = net.logits(batch)[task.name]
-        rows.extend(zip(indices, task.task_type.predict(logits, batch), strict=True))
+        if counted:
+            rows.extend(zip(indices, task.task_type.predict(logits, batch), strict=True))
     if accelerator.num_processes > 1:
         from accelerate.utils import gather_object
 
