@@ -14,16 +14,21 @@ Prints one table and one JSON line: seconds per step and padded / packed (the sp
 
 from __future__ import annotations
 
-import contextlib
-import io
 import statistics
-import time
 
 import torch
-from harness import compose, emit, first_steps, parser, scratch, table
+from harness import (
+    checked_packer,
+    compose,
+    emit,
+    first_steps,
+    pack_timed_step,
+    parser,
+    scratch,
+    table,
+)
 
 from mtl.config import validate
-from mtl.models.packing import Packing
 from mtl.models.tiny import TINY, save_tiny_model
 from mtl.training.build import build_model
 
@@ -32,37 +37,13 @@ TASKS = (
 )
 
 
-def timed_step(model, batch, packer) -> tuple[float, float]:
-    model.packed, saved = packer, model.packed
-    model.zero_grad()
-    start = time.perf_counter()
-    loss = model(batch)["loss"]
-    loss.backward()
-    seconds = time.perf_counter() - start
-    model.packed = saved
-    return seconds, loss.item()
-
-
-def checked_packer(model, steps: list[dict]):
-    """The model's packer after its one-time check (None when the family does not pack)."""
-    packer = model.packed
-    for batch in steps:
-        packing = Packing(batch["attention_mask"])
-        if packing.worth_it():
-            inputs = model.adapter.encoder_inputs(batch)
-            with contextlib.redirect_stderr(io.StringIO()):
-                packer.supported = packer.check(model.encoder, inputs, packing)
-            break
-    return packer if packer.supported else None
-
-
 def family_steps(model, steps: list[dict]) -> dict:
     packer = checked_packer(model, steps)
-    timed_step(model, steps[0], None)  # warm-up
+    pack_timed_step(model, steps[0], None)  # warm-up
     padded, packed = [], []
     for i, batch in enumerate(steps):
         order = [("padded", None), ("packed", packer)]
-        result = {name: timed_step(model, batch, p) for name, p in order[:: 1 - 2 * (i % 2)]}
+        result = {name: pack_timed_step(model, batch, p) for name, p in order[:: 1 - 2 * (i % 2)]}
         (pad_s, pad_loss), (pack_s, pack_loss) = result["padded"], result["packed"]
         if abs(pad_loss - pack_loss) > 1e-3 * max(1.0, abs(pad_loss)):
             raise SystemExit(f"step {i}: losses differ: padded {pad_loss}, packed {pack_loss}")

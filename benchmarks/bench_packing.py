@@ -16,38 +16,20 @@ token slots, and padded / packed seconds (the speedup). A step that packing woul
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
-from harness import QUICK_MIXUP, emit, first_steps, parser, table
+from harness import (
+    QUICK_MIXUP,
+    checked_packer,
+    emit,
+    first_steps,
+    pack_timed_step,
+    parser,
+    table,
+)
 
 from mtl.models.packing import Packing
 from mtl.training.build import build_model
-
-
-def timed_step(model, batch, pack) -> tuple[float, float]:
-    model.packed, saved = pack, model.packed
-    model.zero_grad()
-    start = time.perf_counter()
-    loss = model(batch)["loss"]
-    loss.backward()
-    seconds = time.perf_counter() - start
-    model.packed = saved
-    return seconds, loss.item()
-
-
-def check_encoder(model, steps: list[dict]):
-    """The model's packer after its one-time check of the encoder (outside the timed steps)."""
-    packer = model.packed
-    for batch in steps:
-        packing = Packing(batch["attention_mask"])
-        if packing.worth_it():
-            inputs = {
-                k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch
-            }
-            packer.supported = packer.check(model.encoder, inputs, packing)
-            break
-    return packer
 
 
 def main() -> None:
@@ -66,14 +48,16 @@ def main() -> None:
     settings, tasks, steps = first_steps(overrides, args.steps)
     torch.manual_seed(0)
     model = build_model(settings, tasks)
-    packer = check_encoder(model, steps)
-    timed_step(model, steps[0], None)  # warm-up
+    packer = checked_packer(model, steps)
+    if packer is None:
+        raise SystemExit("mtl: error: this encoder's packed call differs from its padded one")
+    pack_timed_step(model, steps[0], None)  # warm-up
     rows = []
     for i, batch in enumerate(steps):
         mask = batch["attention_mask"]
         packing = Packing(mask)
         order = [None, packer] if i % 2 == 0 else [packer, None]
-        result = {("packed" if p else "padded"): timed_step(model, batch, p) for p in order}
+        result = {("packed" if p else "padded"): pack_timed_step(model, batch, p) for p in order}
         (padded_s, padded_loss), (packed_s, packed_loss) = result["padded"], result["packed"]
         if abs(padded_loss - packed_loss) > 1e-3 * max(1.0, abs(padded_loss)):
             raise SystemExit(f"step {i}: losses differ: padded {padded_loss}, packed {packed_loss}")

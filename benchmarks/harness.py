@@ -5,14 +5,16 @@ absolute time) and names the peer it compares with. It builds its options with `
 with `best_of` (rows interleaved, one warm-up round), `LoopClock` (the training loop's batch
 requests) or `run_child` (a fresh process, for memory), prints one `table` and ends with `emit`
 (one JSON line of figures, also written to `--json PATH`). What two benchmarks would otherwise
-each write lives here too (`compose`, `first_steps`, `passes`, `lognormal_lengths`,
-`hf_length_grouped`, `scratch`, `grouped`); benchmarks never import each other.
+each write lives here too (`compose`, `first_steps`, `checked_packer`, `pack_timed_step`,
+`passes`, `lognormal_lengths`, `hf_length_grouped`, `scratch`, `grouped`); benchmarks never
+import each other.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import itertools
 import json
 import math
@@ -217,6 +219,34 @@ def first_steps(overrides: list[str], steps: int):
         cfg.loader, loaders, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id
     )
     return settings, tasks, list(itertools.islice(iter(loader), steps))
+
+
+def checked_packer(model, steps: list[dict]):
+    """The model's packer after its one-time check of the encoder on the first of `steps` worth
+    packing (outside any timing), or None when the encoder does not pack."""
+    from mtl.models.packing import Packing
+
+    packer = model.packed
+    for batch in steps:
+        packing = Packing(batch["attention_mask"])
+        if packing.worth_it():
+            inputs = model.adapter.encoder_inputs(batch)
+            with contextlib.redirect_stderr(io.StringIO()):
+                packer.supported = packer.check(model.encoder, inputs, packing)
+            break
+    return packer if packer.supported else None
+
+
+def pack_timed_step(model, batch, packer) -> tuple[float, float]:
+    """(seconds, loss) of forward + backward of `batch` with `packer` (None: padded)."""
+    model.packed, saved = packer, model.packed
+    model.zero_grad()
+    start = time.perf_counter()
+    loss = model(batch)["loss"]
+    loss.backward()
+    seconds = time.perf_counter() - start
+    model.packed = saved
+    return seconds, loss.item()
 
 
 QUICK_TASKS = "task=[synthetic_cls,synthetic_tag,synthetic_pair,synthetic_choice,synthetic_qa]"
