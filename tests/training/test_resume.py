@@ -328,13 +328,15 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     from mtl.errors import MtlError
     from mtl.training.build import build_model, build_tasks
     from mtl.training.resume import check_compatible, describe
+    from mtl.training.setup import balancer_node
 
     step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
     (step / "mtl_run.json").unlink()
-    settings = validate(compose("task=[synthetic_cls,synthetic_reg]"))
+    cfg = compose("task=[synthetic_cls,synthetic_reg]")
+    settings = validate(cfg)
     tasks, _ = build_tasks(settings, 0)
     model = build_model(settings, tasks)
-    ours = describe(settings, tasks, load_tokenizer(None))
+    ours = describe(settings, tasks, load_tokenizer(None), balancer_node(cfg))
     with pytest.raises(MtlError, match=r"tasks \['synthetic_cls', 'synthetic_tag'\], this run"):
         check_compatible(str(step), model, ours, "trainer.resume=x")
 
