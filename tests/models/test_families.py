@@ -84,11 +84,11 @@ METRIC = {  # each task's main metric
 PACK_WARNING = "model.pack: the encoder's packed call does not match"
 
 
-# Whole runs (train.py's path: mixup, resumed, random, export, pipelines, mtl-predict): the
-# families whose heads hold parameters of their own form (ModernBERT: LayerNorm, token dense, no
-# dense bias; decoders: last token, no dense, no output bias). Every family, without training
-# runs: test_every_family_packs_and_exports_every_task_type.
-DEEP = ["modernbert", "qwen2"]
+# Whole runs as train.py makes them (mixup and random over all six task types, resumed, export,
+# pipelines, mtl-predict) for every family but BERT, whose runs are tests/training/test_loop.py
+# and tests/inference/test_export.py. Without training runs, every family:
+# test_every_family_packs_and_exports_every_task_type.
+WHOLE = [f for f in FAMILIES if f != "bert"]
 MIXUP = [
     "loader=mixup",
     "data.max_examples=48",
@@ -100,7 +100,7 @@ MIXUP = [
 _MIXUP_RUNS: dict[str, tuple[Path, Path, str]] = {}
 
 
-def compose_cfg(out: Path, model: Path, *overrides: str, tasks: list[str] = TASKS):
+def compose_cfg(out: Path, model: Path, *overrides: str):
     GlobalHydra.instance().clear()
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
@@ -110,16 +110,14 @@ def compose_cfg(out: Path, model: Path, *overrides: str, tasks: list[str] = TASK
                 "debug=fast",
                 "model=minilm",
                 f"model.name_or_path={model}",
-                f"task=[{','.join(tasks)}]",
+                f"task=[{','.join(TASKS)}]",
                 f"output_dir={out}",
                 *overrides,
             ],
         )
 
 
-def mixup_run(
-    model_type: str, tmp_path_factory, tasks: list[str] = TASKS
-) -> tuple[Path, Path, str]:
+def mixup_run(model_type: str, tmp_path_factory) -> tuple[Path, Path, str]:
     """(tiny model folder, its mixup run with every task's standard export, the run's stderr),
     made once per family."""
     if model_type not in _MIXUP_RUNS:
@@ -127,7 +125,7 @@ def mixup_run(
         model = save_tiny_model(model_type, root / "model")
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            results = train(compose_cfg(root / "mixup", model, *MIXUP, tasks=tasks))
+            results = train(compose_cfg(root / "mixup", model, *MIXUP))
         export = root / "mixup" / "export"
         r = results
         write_export(r.model, r.tokenizer, r.tasks, r.settings, export, standard=True)
@@ -135,13 +133,13 @@ def mixup_run(
     return _MIXUP_RUNS[model_type]
 
 
-@pytest.fixture(scope="module", params=DEEP)
+@pytest.fixture(scope="module", params=WHOLE)
 def runs(request, tmp_path_factory) -> SimpleNamespace:
     model, mixup, stderr = mixup_run(request.param, tmp_path_factory)
     return SimpleNamespace(model_type=request.param, mixup=mixup, stderr=stderr)
 
 
-@pytest.fixture(scope="module", params=DEEP)
+@pytest.fixture(scope="module", params=WHOLE)
 def deep(request, tmp_path_factory) -> SimpleNamespace:
     """One epoch of loader=random (one batch of each task)."""
     model, mixup, _ = mixup_run(request.param, tmp_path_factory)
@@ -150,21 +148,13 @@ def deep(request, tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(random=mixup.parent / "random")
 
 
-# Resume and pipelines of the families whose heads take BERT's parameters (BERT itself:
-# tests/training/test_loop.py, tests/inference/test_export.py): a run of the two task types
-# the pipelines serve; the deep families reuse their six-task runs.
-LIGHT = [f for f in FAMILIES if f not in ("bert", *DEEP)]
-PIPELINE_TASKS = ["synthetic_cls", "synthetic_tag"]
-
-
-@pytest.fixture(scope="module", params=DEEP + LIGHT)
+@pytest.fixture(scope="module", params=WHOLE)
 def resumed(request, tmp_path_factory) -> SimpleNamespace:
     """A family's mixup run and the same run resumed from its step 2 in another folder."""
-    tasks = TASKS if request.param in DEEP else PIPELINE_TASKS
-    model, mixup, _ = mixup_run(request.param, tmp_path_factory, tasks)
+    model, mixup, _ = mixup_run(request.param, tmp_path_factory)
     step_2 = mixup / "checkpoints" / "step_0000002"
     resumed = mixup.parent / "resumed"
-    train(compose_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}", tasks=tasks))
+    train(compose_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}"))
     return SimpleNamespace(model_type=request.param, mixup=mixup, resumed=resumed)
 
 
@@ -275,7 +265,7 @@ def test_pipelines_predict_as_mtl_predict(resumed, tmp_path):
     """text-classification and token-classification pipelines of the exported tasks give what
     `mtl-predict` writes for the same rows."""
     runs = resumed  # its first run's export
-    for name in PIPELINE_TASKS:
+    for name in ("synthetic_cls", "synthetic_tag"):
         rows = input_rows(name)
         source = tmp_path / f"{name}.jsonl"
         source.write_text("".join(json.dumps(r) + "\n" for r in rows))
