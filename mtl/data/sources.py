@@ -84,7 +84,7 @@ def read_source(
             f"task {name!r}: source needs exactly one of the keys 'bundled', 'path', 'train' or "
             f"'hub', got {source}"
         )
-    with _quiet_datasets():
+    with quiet_datasets():
         if forms[0] == "bundled":
             result = _read_bundled(name, source, seed)
         elif forms[0] == "hub":
@@ -317,7 +317,7 @@ def _first_line(err: Exception) -> str:
 
 
 @contextmanager
-def _quiet_datasets() -> Iterator[None]:
+def quiet_datasets() -> Iterator[None]:
     """No `datasets` progress bars or error logs while the builders run (errors are re-raised)."""
     was_disabled = datasets.utils.are_progress_bars_disabled()
     verbosity = datasets.logging.get_verbosity()

@@ -9,17 +9,15 @@ dataset), checks it, and encodes it once with the task type's `encode` through
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import datasets
 from datasets import ClassLabel, Dataset
 from datasets import Sequence as SequenceFeature
 from transformers import PreTrainedTokenizerBase
 
-from mtl.data.sources import read_source
+from mtl.data.sources import quiet_datasets, read_source
 from mtl.data.tokenizer import TokenizerRef
 from mtl.errors import MtlError
 from mtl.task_types import TaskType, task_type_class
@@ -78,7 +76,7 @@ def build_task_from_config(
     distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
     """
     task_type = task_type_class(config.type, name)(name, config)
-    with _quiet_datasets():
+    with quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         raw, inputs = _checked_splits(source.splits, task_type, max_examples)
         label_names = (
@@ -108,18 +106,6 @@ def _checked_splits(
         else:
             checked[split] = _checked(ds, task_type, split, max_examples)
     return {s: checked[s] for s in splits if s in checked}, inputs
-
-
-@contextmanager
-def _quiet_datasets() -> Iterator[None]:
-    """No `datasets` progress bars while building (they flood stderr, one per split and step)."""
-    was_disabled = datasets.utils.are_progress_bars_disabled()
-    datasets.utils.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_disabled:
-            datasets.utils.enable_progress_bars()
 
 
 def _required(

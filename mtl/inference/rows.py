@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mtl.artifacts import write_file
-from mtl.data.sources import COMPRESSIONS, FORMATS
+from mtl.data.sources import COMPRESSIONS, FORMATS, quiet_datasets
 from mtl.errors import MtlError
 
 
@@ -89,19 +89,15 @@ def read_dataset(path: str) -> list[dict]:
     if suffix not in FORMATS:
         raise MtlError(f"input={path}: unknown file type; use {', '.join(FORMATS)}")
     builder, options = FORMATS[suffix]
-    bars = not datasets.utils.are_progress_bars_disabled()
-    datasets.utils.disable_progress_bars()
     try:
-        data = datasets.load_dataset(builder, data_files=[path], split="train", **options)
+        with quiet_datasets():  # no progress bars, no error log before mtl's one line
+            data = datasets.load_dataset(builder, data_files=[path], split="train", **options)
     except Exception as err:  # datasets raises many types for malformed files
         detail = str(err.__cause__ or err).strip().splitlines()
         raise MtlError(
             f"input={path}: cannot read it as {builder} ({detail[0] if detail else ''}); "
             "fix the file"
         ) from None
-    finally:
-        if bars:
-            datasets.utils.enable_progress_bars()
     return data.to_list()
 
 
