@@ -59,7 +59,8 @@ def check_sampler(
     examples but at most one shorter. The same (seed, epoch) gives the same batches, in a twin
     and when iterated again. Sharded over each of `num_replicas`: every rank yields the same
     number of batches, together the epoch's batches plus the first ones repeated as padding.
-    Resume (when it has `set_start`): `set_start(k)` yields the epoch from batch k, once."""
+    Resume (when it has `set_start`): `set_start(k)` yields the epoch from batch k, once,
+    also when an iterator made before was never read (a DataLoader with workers does that)."""
     cases = sampler_cases(batch_size or 8, trials, seed) if lengths is None else lengths
     for case in cases:
         case = np.asarray(case)
@@ -123,12 +124,21 @@ def check_sharding(
 
 
 def check_resume(sampler: Any, *, epoch: int, where: str) -> None:
-    """`set_start(k)` for every k: that iteration yields the epoch from batch k, the next all."""
+    """`set_start(k)` for every k: that iteration yields the epoch from batch k, the next all;
+    an iterator made and never read in between (as torch's multiprocess DataLoader iterator does
+    on every `iter(loader)`) does not take the start."""
     full = _epoch(sampler, epoch)
     for k in range(len(full) + 1):
         sampler.set_start(k)
         assert _epoch(sampler, epoch) == full[k:], f"{where}: set_start({k}) is not the rest"
         assert _epoch(sampler, epoch) == full, f"{where}: set_start({k}) was not one-shot"
+    k = min(1, len(full))
+    sampler.set_start(k)
+    iter(sampler)  # made, never read
+    assert _epoch(sampler, epoch) == full[k:], (
+        f"{where}: set_start({k}) was taken by an iterator that yielded nothing; take the start "
+        "at the first batch (write __iter__ as a generator)"
+    )
 
 
 # -- composite loaders ------------------------------------------------------------------------

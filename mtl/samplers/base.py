@@ -106,7 +106,10 @@ class BaseBatchSampler(Sampler[list[int]]):
     def set_start(self, k: int) -> None:
         """Resume: the next iteration starts at this rank's batch `k` of the current epoch.
 
-        One-shot: later iterations start at 0 again. No data is loaded for the skipped batches.
+        One-shot: the iteration that yields first takes it, later ones start at 0 again (a
+        DataLoader with workers calls `iter()` twice and reads only the second iterator, so the
+        start is taken at the first batch, not at `iter()`). No data is loaded for the skipped
+        batches.
         """
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= len(self):
             raise MtlError(
@@ -134,6 +137,7 @@ class BaseBatchSampler(Sampler[list[int]]):
         return batches[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: nothing runs until the first batch is asked for (see `set_start`).
         start, self._start = self._start, 0
-        batches = self.epoch_batches(self.epoch)[start:]
-        return (batch.tolist() for batch in batches)
+        for batch in self.epoch_batches(self.epoch)[start:]:
+            yield batch.tolist()

@@ -312,21 +312,21 @@ def check_reshuffles(ranks: list[list[dict]]) -> None:
 
 
 def test_dist_same_seed_same_stream_and_exact_resume(tmp_path):
-    """Checks 4 and 5 on 2 processes: reshuffles, reruns (num_workers 0 vs 2) and a chain of
-    resumes from step 1, mid-epoch 0, the epoch boundary and mid-epoch 1."""
-    ref, again = tmp_path / "ref", tmp_path / "again"
+    """Checks 4 and 5 on 2 processes: reshuffles, and a chain of resumes from step 1,
+    mid-epoch 0, the epoch boundary and mid-epoch 1; the first resume reads with 2 loader workers
+    (num_workers 0 vs 2: the same stream)."""
+    ref = tmp_path / "ref"
     launch(*RESUME, f"hydra.run.dir={ref}", cwd=tmp_path)
-    launch(*RESUME, "data.num_workers=2", f"hydra.run.dir={again}", cwd=tmp_path)
     expected = read_trace(ref)
     assert_ranks_in_step(expected)
     check_reshuffles(expected)
-    for a, b in zip(read_trace(again), expected, strict=True):
-        assert_same_stream(a, b)
     previous = ref
     for label, step in resume_points(expected[0]).items():
         out = tmp_path / label.replace(" ", "_")
+        workers = ["data.num_workers=2"] if previous == ref else []
         launch(
             *RESUME,
+            *workers,
             f"trainer.resume={checkpoint(previous, step)}",
             f"hydra.run.dir={out}",
             cwd=tmp_path,

@@ -149,7 +149,9 @@ def make_task():
     return toy_task
 
 
-def real_tasks(sizes: dict[str, int], batch_size: int = 2) -> dict[str, DataLoader]:
+def real_tasks(
+    sizes: dict[str, int], batch_size: int = 2, num_workers: int = 0
+) -> dict[str, DataLoader]:
     """Toy tasks batched by mtl.samplers.RandomBatchSampler (which has set_start)."""
     samplers = pytest.importorskip("mtl.samplers")
     return {
@@ -157,6 +159,7 @@ def real_tasks(sizes: dict[str, int], batch_size: int = 2) -> dict[str, DataLoad
             ToyDataset(n, "class"),
             batch_sampler=samplers.RandomBatchSampler([1] * n, batch_size, seed=len(name) + n),
             collate_fn=collate(name, "class"),
+            num_workers=num_workers,
         )
         for name, n in sizes.items()
     }
