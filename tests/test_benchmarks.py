@@ -54,6 +54,7 @@ CHECKED_BELOW = {
     "bench_train_speed.py",
     "bench_vs_trainer.py",
     "bench_loop_overhead.py",
+    "bench_predict.py",
 }
 
 
@@ -227,3 +228,11 @@ def test_study_runs_its_sweeps_and_reports_them(tmp_path):
         f"task={t}" for t in ("pydoc_topic", "pydoc_code", "pydoc_code_share") for _ in range(2)
     )
     assert (out / "study_metrics.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_predict_orders_by_length_and_predicts_the_same():
+    figures = run_quick("bench_predict.py")
+    assert_named(figures, "predict")
+    assert figures["rows"] == 64 and figures["same_predictions"] is True
+    assert set(figures["examples_per_s"]) == {"length_sorted", "input_order"}

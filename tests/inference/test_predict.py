@@ -240,22 +240,3 @@ def test_export_cli_default_folder(run_dir, capsys):
     export_main([str(run_dir / "checkpoints" / "step_0000004")])
     assert Path(capsys.readouterr().out.strip()) == run_dir / "export"
     assert (run_dir / "export" / "heads.safetensors").is_file()
-
-
-def test_bench_predict_quick():
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_predict.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["rows"] == 64 and result["same_predictions"] is True
-    assert set(result["examples_per_s"]) == {"length_sorted", "input_order"}
