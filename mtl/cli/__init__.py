@@ -39,7 +39,7 @@ from mtl.config.checks import check_sweeper, unknown_argument
 from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.reporting.sweep import JobFailed, in_multirun
 from mtl.training import runlock
-from mtl.training.distributed import start_launch
+from mtl.training.distributed import launch_barrier, start_launch
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made
@@ -65,7 +65,7 @@ def _train(cfg: DictConfig) -> float | None:
     except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
         if stop.code and in_multirun():
             raise JobFailed.from_exit(stop) from None
-        if stop.code == 2 and _made_from is not None and os.environ.get("RANK", "0") == "0":
+        if stop.code == 2 and _made_from is not None:  # on every rank of a launch: see below
             remove_unused_run_folder(Path(HydraConfig.get().runtime.output_dir), _made_from)
         raise
     _in_job = False  # the next job of a sweep composes again
@@ -98,7 +98,11 @@ def train() -> None:
 class Preflight(Callback):
     """Hydra callback (`conf/hydra/default.yaml`): before a run, note which folders of the run
     folder's path do not exist yet (a run refused for bad input removes what it made there);
-    before a sweep, check the sweeper's settings."""
+    before a sweep, check the sweeper's settings.
+
+    Under a launcher every process looks before any makes the folder (a barrier), so all agree
+    on what the launch made; each refused process then removes what is left of it (the last one
+    out finds only Hydra's start files, whichever process wrote them)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _made_from
@@ -106,6 +110,7 @@ class Preflight(Callback):
         folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
         while not folder.exists() and folder != folder.parent:
             _made_from, folder = folder, folder.parent
+        launch_barrier()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -117,35 +122,56 @@ class Preflight(Callback):
 
 def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:
     """Remove `run_dir` if it holds only what Hydra wrote at start (`.hydra/`, an empty log),
-    and the folders above it up to `made_from` (the first one this command made) if empty."""
+    and the folders above it up to `made_from` (the first one this command made) if empty.
+    Another process of the same launch may be removing the same files: what is gone is skipped."""
     if made_from != run_dir and made_from not in run_dir.parents:
         return
-    entries = list(run_dir.iterdir())
-    for entry in entries:
-        hydra_dir = entry.name == ".hydra" and entry.is_dir()
-        if hydra_dir and {p.name for p in entry.iterdir()} <= HYDRA_FILES:
-            continue
-        if entry.suffix == ".log" and entry.is_file() and entry.stat().st_size == 0:
-            continue
-        if entry.name == runlock.GUARD and entry.is_file():  # the lock's guard this run made
-            continue
-        return  # something else is there: keep it all
+    try:
+        entries = list(run_dir.iterdir())
+        if not all(_start_file(entry) for entry in entries):
+            return  # something else is there: keep it all
+    except FileNotFoundError:
+        entries = []
     for entry in entries:
         if entry.is_dir():
-            for file in entry.iterdir():
-                file.unlink()
-            entry.rmdir()
+            for file in _listing(entry):
+                file.unlink(missing_ok=True)
+            _rmdir(entry)
         else:
-            entry.unlink()
+            entry.unlink(missing_ok=True)
     folder = run_dir
-    while True:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty: something else lives there
-            return
-        if folder == made_from:
-            return
+    while _rmdir(folder) and folder != made_from:
         folder = folder.parent
+
+
+def _start_file(entry: Path) -> bool:
+    """Whether `entry` of a run folder is one Hydra or mtl wrote at start (or is gone)."""
+    try:
+        if entry.name == ".hydra" and entry.is_dir():
+            return {p.name for p in entry.iterdir()} <= HYDRA_FILES
+        if entry.suffix == ".log" and entry.is_file():
+            return entry.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    return entry.name == runlock.GUARD or not entry.exists()  # the lock's guard this run made
+
+
+def _listing(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def _rmdir(folder: Path) -> bool:
+    """Remove an empty `folder`; True when it is gone (also if another process removed it)."""
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:  # not empty: something else lives there
+        return False
+    return True
 
 
 def composition_error(err: Exception) -> str:

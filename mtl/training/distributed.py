@@ -89,6 +89,14 @@ def start_launch(timeout_s: float = 600.0) -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+def launch_barrier() -> None:
+    """Under a launcher (after `start_launch`), wait until every process has got here."""
+    import torch.distributed as dist
+
+    if env_world_size() > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def launcher_world_size() -> int:
     """How many processes the launcher started: torchrun's and accelerate's `WORLD_SIZE`, or an
     MPI launcher's size (the variables accelerate reads for a multi-CPU run)."""

@@ -202,6 +202,45 @@ def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
+RANK_0_LATE = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import mtl.cli
+
+start_launch = mtl.cli.start_launch
+
+def late_start_launch():
+    start_launch()
+    if os.environ["RANK"] == "0":
+        time.sleep(3)  # rank 1's Hydra makes the run folder first
+
+mtl.cli.start_launch = late_start_launch
+mtl.cli.train()
+"""
+
+
+def test_dist_a_refused_launch_leaves_no_folder_whichever_rank_made_it(tmp_path):
+    """A launch refused for bad input removes the run folder it made, also when the process
+    that made it is not rank 0; a folder that was there before is kept."""
+    script = tmp_path / "rank_0_late_train.py"
+    script.write_text(RANK_0_LATE.format(root=str(ROOT)))
+    run_dir = tmp_path / "runs" / "refused"
+    code, output = finish(
+        start("data.max_examples=0", f"hydra.run.dir={run_dir}", cwd=tmp_path, script=script),
+        timeout=120,
+    )
+    assert code != 0 and "mtl: error: data.max_examples=0 must be >= 1" in output, output[-3000:]
+    assert not (tmp_path / "runs").exists(), sorted(map(str, (tmp_path / "runs").rglob("*")))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, output = finish(
+        start("data.max_examples=0", f"hydra.run.dir={mine}", cwd=tmp_path, script=script),
+        timeout=120,
+    )
+    assert code != 0 and (mine / "notes.txt").read_text() == "mine"
+
+
 def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
     """Checks 1, 2, 6, 7 (sweep): 4 loaders x grad_accum 1, 2 in one `-m` launch."""
     sweep = tmp_path / "sweep"
@@ -431,18 +470,15 @@ def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
     code, output, _ = results["rank-dependent seed"]
     assert code != 0 and "disagree on the config" in output, output[-3000:]
     # Three launches, started in the same second, one run folder and one Hydra config each: the
-    # two that trained keep theirs (metrics.jsonl); the one refused before training leaves at
-    # most Hydra's start files (its rank 0 removes the folder only when it made it itself: under
-    # torchrun the other rank's Hydra may make it first).
+    # two that trained keep theirs (metrics.jsonl); the one refused before training leaves none
+    # (whichever of its processes made the folder, every one of them knows the launch made it).
     folders = [p for p in (tmp_path / "outputs" / "runs").glob("*/*") if p.is_dir()]
     launches = [(f / ".hydra" / "overrides.yaml").read_text() for f in folders]
     assert len(launches) == len(set(launches))
     trained = [f for f in folders if (f / "metrics.jsonl").is_file()]
     assert len(trained) == 2
     assert sum("badreg" in (f / ".hydra" / "overrides.yaml").read_text() for f in trained) == 1
-    for folder in set(folders) - set(trained):
-        assert {p.name for p in folder.iterdir()} <= {".hydra", "cli.log", ".mtl-lock.guard"}
-    assert len(folders) in (2, 3)
+    assert sorted(folders) == sorted(trained), [sorted(os.listdir(f)) for f in folders]
     for folder in folders:
         assert len(list(folder.rglob("config.yaml"))) == 1
 
