@@ -150,7 +150,10 @@ def make_task():
 
 
 def real_tasks(
-    sizes: dict[str, int], batch_size: int = 2, num_workers: int = 0
+    sizes: dict[str, int],
+    batch_size: int = 2,
+    num_workers: int = 0,
+    persistent_workers: bool = False,
 ) -> dict[str, DataLoader]:
     """Toy tasks batched by mtl.samplers.RandomBatchSampler (which has set_start)."""
     samplers = pytest.importorskip("mtl.samplers")
@@ -160,6 +163,7 @@ def real_tasks(
             batch_sampler=samplers.RandomBatchSampler([1] * n, batch_size, seed=len(name) + n),
             collate_fn=collate(name, "class"),
             num_workers=num_workers,
+            persistent_workers=persistent_workers,
         )
         for name, n in sizes.items()
     }

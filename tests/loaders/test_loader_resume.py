@@ -120,7 +120,9 @@ def test_load_state_with_other_tasks_or_sizes_fails(build_loader, make_tasks):
         build_loader("random", make_tasks({**SIZES, "c": 9})).load_state_dict(state)
 
 
-@pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "2 loader workers"])
+@pytest.mark.parametrize(
+    "workers", [0, 2, "persistent"], ids=["in-process", "2 loader workers", "2 persistent"]
+)
 @pytest.mark.parametrize("name", ["random", "mixup"])
 def test_resume_with_the_real_samplers(build_loader, make_real_tasks, keys, name, workers):
     """With loader workers torch calls iter(batch_sampler) twice per iteration and reads only
@@ -131,7 +133,11 @@ def test_resume_with_the_real_samplers(build_loader, make_real_tasks, keys, name
         full.append(keys([batch])[0])
         if len(full) == 2:
             state = loader.state_dict()
-    resumed = build_loader(name, make_real_tasks(SIZES, num_workers=workers), seed=1)
+    if workers == "persistent":
+        tasks = make_real_tasks(SIZES, num_workers=2, persistent_workers=True)
+    else:
+        tasks = make_real_tasks(SIZES, num_workers=workers)
+    resumed = build_loader(name, tasks, seed=1)
     resumed.load_state_dict(state)
     assert keys(resumed) == full[2:]
     assert keys(resumed) == keys(loader)
