@@ -138,6 +138,8 @@ CASES = [
     (["task.synthetic_cls.dev_fraction=1"], ["task.synthetic_cls.dev_fraction=1.0 must be in"]),
     (["task.synthetic_cls.type=nope"], ["task.synthetic_cls.type='nope' is not a task type"]),
     (["task.synthetic_cls.metrics=[nope]"], ["nope", "accuracy"]),
+    (["task.synthetic_cls.metrics=[]"], ["task.synthetic_cls.metrics=[] names no metric"]),
+    (["task.synthetic_cls.label_names=[]"], ["task.synthetic_cls.label_names=[] names no label"]),
     (["task.synthetic_cls.type=mtl.nope.Cls"], ["type='mtl.nope.Cls': mtl has no 'nope'"]),
     (["task=[no_package]"], ["task/no_package.yaml", "'# @package task.no_package'"]),
     (["task=[missing_file]"], ["data/nope.csv"]),

@@ -49,6 +49,16 @@ class TaskConfig:
                 raise MtlError(f"task.{name}.{key}={getattr(self, key)} must be >= {low}")
         if not 0 < self.dev_fraction < 1:
             raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
+        if self.metrics is not None and not list(self.metrics):
+            raise MtlError(
+                f"task.{name}.metrics=[] names no metric; list at least one (the first is the "
+                "main one), or leave it out for the type's defaults"
+            )
+        if self.label_names is not None and not list(self.label_names):
+            raise MtlError(
+                f"task.{name}.label_names=[] names no label; list the labels in order, or leave "
+                "it out to read them from the data"
+            )
 
 
 class TaskType:
