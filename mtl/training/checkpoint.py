@@ -259,6 +259,26 @@ def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Pa
     return final
 
 
+def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | None) -> None:
+    """Resuming into another folder: copy the source run's best model (`checkpoints/best`) when
+    it is the one the checkpoint names (`step`), so the best that the resumed run keeps has its
+    weights here. A best of a later step is not copied: the resumed run reaches that step again
+    and saves it. Main process; every rank waits."""
+    if accelerator.is_main_process and source_run is not None and step is not None:
+        source = Path(source_run) / "checkpoints" / BEST
+        try:
+            saved = json.loads((source / "best.json").read_text())["step"]
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = None
+        if saved == step and _problem(source) is None:
+            root = Path(run_dir) / "checkpoints"
+            final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(source, tmp)
+            _put_in_place(tmp, final)
+    accelerator.wait_for_everyone()
+
+
 def load_best(accelerator, model, run_dir: Path) -> dict | None:
     """Load the best weights into `model` (every rank); returns best.json, None if none saved."""
     folder = Path(run_dir) / "checkpoints" / BEST

@@ -234,22 +234,22 @@ class Training:
     def track_best(self) -> None:
         """Save the model when `trainer.monitor` improves; after `trainer.patience` evaluations
         without improvement, stop (early stopping)."""
-        run, p, t = self.run, self.progress, self.run.settings.trainer
+        run, p, s, t = self.run, self.progress, self.state, self.run.settings.trainer
         if t.monitor not in p.last_eval:
             raise MtlError(
                 f"trainer.monitor={t.monitor!r} is not an evaluation figure; choose one of "
                 f"{', '.join(sorted(p.last_eval))}"
             )
-        value, best = p.last_eval[t.monitor], p.best.get(t.monitor)
+        value, best = p.last_eval[t.monitor], s.best.get(t.monitor)
         if best is None or (value > best if t.monitor_mode == "max" else value < best):
-            p.best_step, p.best, p.evals_since_best = self.state.step, dict(p.last_eval), 0
-            save_best(run.accelerator, run.model, run.run_dir, self.state.step, p.last_eval)
+            s.best_step, s.best, s.evals_since_best = s.step, dict(p.last_eval), 0
+            save_best(run.accelerator, run.model, run.run_dir, s.step, p.last_eval)
             return
-        p.evals_since_best += 1
-        if t.patience and p.evals_since_best >= t.patience:
+        s.evals_since_best += 1
+        if t.patience and s.evals_since_best >= t.patience:
             run.accelerator.print(
-                f"mtl: {t.monitor} has not improved on step {p.best_step}'s {best:.4f} for "
-                f"{p.evals_since_best} evaluations: stopping early (trainer.patience={t.patience})",
+                f"mtl: {t.monitor} has not improved on step {s.best_step}'s {best:.4f} for "
+                f"{s.evals_since_best} evaluations: stopping early (trainer.patience={t.patience})",
                 file=sys.stderr,
             )
             p.stop = p.stop or StopReason.EARLY_STOP
@@ -281,7 +281,7 @@ class Training:
         run, p, t = self.run, self.progress, self.run.settings.trainer
         return RunResults(
             run.run_dir, self.state.step, p.stop, t.monitor, t.monitor_mode, p.last_eval,
-            p.best_step, p.best, test,
+            self.state.best_step, self.state.best, test,
             model=None if p.stop is StopReason.SIGNAL else full_model(
                 run.accelerator, run.model, lambda: build_model(run.settings, run.tasks)),
             tokenizer=run.tokenizer, tasks=run.tasks, settings=run.settings,

@@ -28,7 +28,7 @@ from mtl.training.build import (
     build_tasks,
     build_train_loaders,
 )
-from mtl.training.checkpoint import resolve_checkpoint
+from mtl.training.checkpoint import carry_best, resolve_checkpoint
 from mtl.training.distributed import Tracer, check_same_run
 from mtl.training.gradients import notice_one_task_steps
 from mtl.training.hooks import Hooks, ProgressBar
@@ -109,6 +109,8 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
         accelerator.register_for_checkpointing(balancer)
     if checkpoint is not None:
         load_checkpoint(accelerator, checkpoint, f"trainer.resume={t.resume}")
+        if not same_run:
+            carry_best(accelerator, run_of(checkpoint), run_dir, state.best_step)
     rewind = (state.metrics_rows, state.step) if same_run else (0, 0) if restart else None
     logger = make_logger(cfg, settings, accelerator, rewind)
     if accelerator.is_main_process:

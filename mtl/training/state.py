@@ -16,13 +16,19 @@ from mtl.training.tracking import ShareMeter
 
 
 class TrainState:
-    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`)."""
+    """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`): steps,
+    epochs, task shares, the rows of metrics.jsonl, and the best evaluation so far
+    (`trainer.monitor`: its step and figures, and evaluations since, for `trainer.patience`), so
+    that a resumed run picks the same best model and stops early at the same step."""
 
     def __init__(self, shares: ShareMeter):
         self.step = 0  # optimizer steps done
         self.epoch = 0  # epochs completed
         self.shares = shares
         self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
+        self.best_step: int | None = None
+        self.best: dict[str, float] = {}
+        self.evals_since_best = 0
 
     def state_dict(self) -> dict:
         return {
@@ -30,12 +36,18 @@ class TrainState:
             "epoch": self.epoch,
             "shares": self.shares.state_dict(),
             "metrics_rows": self.metrics_rows,
+            "best_step": self.best_step,
+            "best": dict(self.best),
+            "evals_since_best": self.evals_since_best,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch = state["step"], state["epoch"]
         self.shares.load_state_dict(state["shares"])
         self.metrics_rows = state.get("metrics_rows")  # absent from older checkpoints
+        self.best_step = state.get("best_step")  # these three too
+        self.best = dict(state.get("best") or {})
+        self.evals_since_best = state.get("evals_since_best", 0)
 
 
 class StopReason(str, Enum):
@@ -61,17 +73,14 @@ class Window:
 @dataclass
 class Progress:
     """What changes while a run trains. `state` holds the checkpointed counters (step, epoch,
-    task shares); the rest starts afresh on resume: the last evaluation and the step it was
-    made at, the best one (`trainer.monitor`) and how many evaluations since, the logged window
-    and `stop`, None until the run has a reason to stop."""
+    task shares, the best evaluation); the rest starts afresh on resume: the last evaluation and
+    the step it was made at, the logged window and `stop`, None until the run has a reason to
+    stop."""
 
     state: TrainState
     window: Window
     last_eval: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1
-    best_step: int | None = None
-    best: dict[str, float] = field(default_factory=dict)
-    evals_since_best: int = 0
     stop: StopReason | None = None
 
 

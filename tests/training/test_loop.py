@@ -439,3 +439,35 @@ def test_a_run_that_trains_all_its_epochs_stops_for_epochs(make_cfg):
 
     results = run(make_cfg("trainer.max_steps=null", "trainer.epochs=1"))
     assert results.stop is StopReason.EPOCHS and results.step > 4
+
+
+def test_resume_keeps_the_best_model_and_early_stops_at_the_same_step(make_cfg, tmp_path):
+    """The best evaluation so far and the evaluations since are in the checkpoint: a run resumed
+    after its best evaluation (in its own folder or in another) picks the same best model and
+    stops early at the same step as the run never stopped."""
+    common = [
+        "trainer.max_steps=30",
+        "trainer.epochs=5",
+        "trainer.eval_every=2",
+        "trainer.monitor_mode=min",  # the first evaluations are best: the later ones are not
+        "trainer.patience=3",
+        "data.max_examples=96",
+    ]
+    full = tmp_path / "full"
+    expected = run(make_cfg(*common, output_dir=full))
+    assert expected.stop == "early_stop" and expected.best_step < 6  # the case to resume
+    part = tmp_path / "part"
+    run(make_cfg(*common, "trainer.checkpoint_every=3", output_dir=part))
+    checkpoint = part / "checkpoints" / "step_0000006"
+    for resumed in (tmp_path / "elsewhere", part):  # another folder, then the run's own
+        got = run(make_cfg(*common, f"trainer.resume={checkpoint}", output_dir=resumed))
+        assert (got.step, got.stop, got.best_step) == (
+            expected.step,
+            "early_stop",
+            expected.best_step,
+        )
+        assert got.best == pytest.approx(expected.best, rel=1e-6)
+        best = json.loads((resumed / "checkpoints" / "best" / "best.json").read_text())
+        assert best["step"] == expected.best_step
+        for key, value in got.model.state_dict().items():  # the best weights, loaded at the end
+            torch.testing.assert_close(value, expected.model.state_dict()[key])
