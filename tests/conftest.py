@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from mtl.cli import train
 from mtl.config import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +38,22 @@ def make_cfg(tmp_path):
             )
 
     return make
+
+
+@pytest.fixture
+def train_here(monkeypatch, capsys):
+    """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`,
+    Hydra cleared before and after); returns (exit status, stderr)."""
+
+    def call(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["mtl-train", *args])
+        GlobalHydra.instance().clear()
+        capsys.readouterr()
+        try:
+            with pytest.raises(SystemExit) as stop:
+                train()
+        finally:
+            GlobalHydra.instance().clear()
+        return stop.value.code, capsys.readouterr().err
+
+    return call

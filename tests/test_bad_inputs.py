@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
-from mtl.cli import train
 from mtl.config.checks import has_wandb_credentials
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,21 +60,12 @@ def project(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def mtl_train(project, monkeypatch, capsys):
+def mtl_train(project, train_here):
     """`mtl_train(*overrides)`: run `mtl-train --config-dir conf task=[synthetic_cls] debug=fast
     *overrides` in-process; returns (exit status, stderr)."""
 
     def run(*overrides: str) -> tuple[int, str]:
-        base = ["--config-dir", "conf", "task=[synthetic_cls]", "debug=fast"]
-        monkeypatch.setattr(sys, "argv", ["mtl-train", *base, *overrides])
-        GlobalHydra.instance().clear()
-        capsys.readouterr()
-        try:
-            with pytest.raises(SystemExit) as stop:
-                train()
-        finally:
-            GlobalHydra.instance().clear()
-        return stop.value.code, capsys.readouterr().err
+        return train_here("--config-dir", "conf", "task=[synthetic_cls]", "debug=fast", *overrides)
 
     return run
 

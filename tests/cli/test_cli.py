@@ -10,10 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-
-from mtl.cli import train
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the `mtl-train` console script runs, with this checkout's `mtl` on the path.
@@ -72,22 +69,13 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     ],
 )
 def test_a_config_that_does_not_compose_gives_one_line(
-    tmp_path, monkeypatch, capsys, overrides, expected
+    tmp_path, monkeypatch, train_here, overrides, expected
 ):
-    """In-process (`mtl.cli.train` with `sys.argv`); the console script's own process is run by
-    the tests below."""
+    """In-process (`train_here`); the console script's own process is run by the tests below."""
     monkeypatch.chdir(tmp_path)
-    argv = ["mtl-train", "task=[synthetic_cls]", "debug=fast", *overrides]
-    monkeypatch.setattr(sys, "argv", argv)
-    GlobalHydra.instance().clear()
-    try:
-        with pytest.raises(SystemExit) as stop:
-            train()
-    finally:
-        GlobalHydra.instance().clear()
-    err = capsys.readouterr().err
-    result = subprocess.CompletedProcess(argv, stop.value.code, "", err)
-    assert one_error_line(result).startswith(expected)
+    args = ["task=[synthetic_cls]", "debug=fast", *overrides]
+    code, err = train_here(*args)
+    assert one_error_line(subprocess.CompletedProcess(args, code, "", err)).startswith(expected)
     assert not (tmp_path / "outputs").exists()
 
 

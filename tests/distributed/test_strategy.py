@@ -10,37 +10,27 @@ the FSDP training itself needs a GPU launch.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
 from accelerate.state import AcceleratorState
-from hydra.core.global_hydra import GlobalHydra
 
-from mtl.cli import train
 from mtl.config import TrainerConfig
 from mtl.training.checkpoint import MARKER, WEIGHTS, trained_weights
 from mtl.training.sharding import check_strategy
 
 
 @pytest.fixture
-def mtl_train(tmp_path, monkeypatch, capsys):
+def mtl_train(tmp_path, monkeypatch, train_here):
     """`mtl_train(*overrides)`: `mtl-train model=tiny debug=fast logger=none *overrides` in a
     fresh folder; returns (exit status, stderr)."""
     monkeypatch.chdir(tmp_path)
 
     def run(*overrides: str) -> tuple[int, str]:
-        argv = ["mtl-train", "model=tiny", "debug=fast", "logger=none", *overrides]
-        monkeypatch.setattr(sys, "argv", argv)
-        GlobalHydra.instance().clear()
-        capsys.readouterr()
         try:
-            with pytest.raises(SystemExit) as stop:
-                train()
+            return train_here("model=tiny", "debug=fast", "logger=none", *overrides)
         finally:
-            GlobalHydra.instance().clear()
             AcceleratorState._reset_state(reset_partial_state=True)
-        return stop.value.code, capsys.readouterr().err
 
     return run
 
