@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import datasets
+
 from mtl.artifacts import write_file
 from mtl.data.sources import COMPRESSIONS, FORMATS, quiet_datasets
 from mtl.errors import MtlError
@@ -82,8 +84,6 @@ def read_rows(path: str) -> tuple[list[dict], bool]:
 
 def read_dataset(path: str) -> list[dict]:
     """The rows of a file in one of training's `FORMATS`, read as training reads it."""
-    import datasets
-
     suffixes = [s.lower() for s in Path(path).suffixes]
     suffix = suffixes[-2] if suffixes[-1] in COMPRESSIONS and len(suffixes) > 1 else suffixes[-1]
     if suffix not in FORMATS:
