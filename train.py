@@ -2,7 +2,7 @@
 
 The same as the `mtl-train` console script (see `mtl.cli`). Under a launcher (`torchrun`,
 `accelerate launch`) the process group starts before Hydra, so that rank 0 picks the run folder
-for every rank (see `mtl.training.distributed.start_launch`).
+for every rank (see `mtl.training.launch.distributed.start_launch`).
 """
 
 from mtl.cli import train

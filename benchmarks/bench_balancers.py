@@ -86,7 +86,7 @@ def stepper(name: str, overrides: list[str], model, tasks):
 
 
 def setup(args):
-    from mtl.training.build import build_model
+    from mtl.builders.model import build_model
 
     overrides = QUICK_OVERRIDES if args.quick else ["loader=mixup"]
     settings, tasks, batches = first_steps(overrides, args.steps)

@@ -28,9 +28,9 @@ from harness import (
     table,
 )
 
+from mtl.builders.model import build_model
 from mtl.config import validate
 from mtl.models.tiny import TINY, save_tiny_model
-from mtl.training.build import build_model
 
 TASKS = (
     "task=[synthetic_cls,synthetic_pair,synthetic_reg,synthetic_tag,synthetic_choice,synthetic_qa]"

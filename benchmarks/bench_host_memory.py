@@ -2,7 +2,7 @@
 
 The first `--steps` steps of `python train.py experiment=bundled loader=mixup` (or any
 `--overrides`), trained as the run trains them (dropout on, AdamW, packed encoder calls), in two
-fresh processes: one with `mtl.training.host_memory.keep_freed_memory()` (what `train.py` does,
+fresh processes: one with `mtl.cli.host_memory.keep_freed_memory()` (what `train.py` does,
 `trainer.keep_freed_memory=true`), one with glibc's defaults. Per step: wall seconds, kernel
 (sys) seconds and minor page faults; per process: peak resident memory. The first `--warmup`
 steps (the encoder check, the heap growing to its peak) are left out of the medians. Prints one
@@ -23,8 +23,8 @@ import time
 import torch
 from harness import QUICK_MIXUP, emit, first_steps, parser, run_child, table
 
-from mtl.training.build import build_model
-from mtl.training.host_memory import keep_freed_memory
+from mtl.builders.model import build_model
+from mtl.cli.host_memory import keep_freed_memory
 
 
 def steps_in_this_process(overrides: list[str], steps: int, keep: bool) -> dict:

@@ -92,9 +92,11 @@ def run_bare(cfg, steps: int) -> tuple[LoopClock, list[float]]:
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
 
+    from mtl.builders.loaders import build_train_loaders
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
-    from mtl.training.build import build_model, build_tasks, build_train_loaders
-    from mtl.training.setup import make_optimizer, param_groups
+    from mtl.training.setup.optim import make_optimizer, param_groups
 
     settings = validate(cfg)
     t = settings.trainer

@@ -28,8 +28,8 @@ from harness import (
     table,
 )
 
+from mtl.builders.model import build_model
 from mtl.models.packing import Packing
-from mtl.training.build import build_model
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ epochs, learning rate, max_length and seed for both; peer: transformers' `Traine
 - Trainer: `AutoModelForSequenceClassification.from_pretrained(<the packaged MiniLM>)` (BERT's
   pooler -> dropout -> linear, exactly mtl's sentence head; `model=tiny` with `--quick`: the same
   tiny config, randomly initialised) on the train/dev rows of the task built by mtl's own data
-  layer (`mtl.training.build.build_tasks`: the same examples and token ids), converted to a
+  layer (`mtl.builders.tasks.build_tasks`: the same examples and token ids), converted to a
   `datasets.Dataset` (input_ids, attention_mask, token_type_ids, labels). Its fastest settings:
   length-grouped batches (`group_by_length`, or `train_sampling_strategy="group_by_length"` in
   transformers 5), `optim="adamw_torch_fused"` where this torch has fused AdamW on the device
@@ -185,8 +185,8 @@ def run_trainer(cfg, task: str, out_dir: Path, cuda: bool) -> dict:
     import numpy as np
     from transformers import DataCollatorWithPadding, Trainer, set_seed
 
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
-    from mtl.training.build import build_tasks
 
     class CountingTrainer(Trainer):
         """Counts the training examples it steps on."""
@@ -232,8 +232,8 @@ def one_tool(args: argparse.Namespace) -> dict:
     """Train with `args.tool` alone in this process; its figures."""
     import torch
 
+    from mtl.cli.host_memory import keep_freed_memory
     from mtl.config import validate
-    from mtl.training.host_memory import keep_freed_memory
 
     quiet_transformers()
     torch.set_num_threads(args.threads)

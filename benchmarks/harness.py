@@ -208,8 +208,9 @@ def compose(overrides: list[str]):
 
 def first_steps(overrides: list[str], steps: int):
     """(settings, tasks, batches): the first `steps` batches a run of `overrides` trains on."""
+    from mtl.builders.loaders import build_composite_loader, build_train_loaders
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
-    from mtl.training.build import build_composite_loader, build_tasks, build_train_loaders
 
     cfg = compose(["output_dir=/tmp/mtl_benchmarks", "logger=none", *overrides])
     settings = validate(cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,3 +66,8 @@ def import_target(target: Any, key: str) -> Any:
         f"{key}={target!r}: no module named {parts[0]!r}; check the spelling (a module of your "
         "own must be importable from the folder you run in)"
     )
+
+
+def env_rank() -> int:
+    """This process's rank in a launch (0 without one): rank 0 prints what every rank would."""
+    return int(os.environ.get("RANK", "0"))

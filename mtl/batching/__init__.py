@@ -4,6 +4,7 @@ May import `mtl.errors` only (and third-party libraries).
 """
 
 from mtl.batching.collators import TaskCollator
+from mtl.batching.device import to_device
 from mtl.batching.rows import (
     IGNORE_INDEX,
     PackedRows,
@@ -19,4 +20,5 @@ __all__ = [
     "TokenizedSplit",
     "arrow_table",
     "flat_list_column",
+    "to_device",
 ]

@@ -38,8 +38,8 @@ from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, unknown_argument
 from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.reporting.sweep import JobFailed, in_multirun
-from mtl.training import runlock
-from mtl.training.distributed import launch_barrier, start_launch
+from mtl.training.checkpoints import runlock
+from mtl.training.launch.distributed import launch_barrier, start_launch
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made

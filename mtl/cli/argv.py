@@ -1,7 +1,8 @@
 """What the command line means before Hydra reads it.
 
 `trainer.resume=<run>` continues that run in its own folder: one run however often it is
-stopped (its W&B run, metrics.jsonl and checkpoints go on there; see `mtl.training.resume`).
+stopped (its W&B run, metrics.jsonl and checkpoints go on there; see
+`mtl.training.checkpoints.resume`).
 Unless the command names the run folder itself (`output_dir=`, `hydra.run.dir=`) or is a
 multirun, `continue_in_place` adds `hydra.run.dir=<run>` and `hydra.output_subdir=null`, so Hydra
 neither makes a new folder nor rewrites the run's `.hydra/` (its config stays the one it was

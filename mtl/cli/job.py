@@ -18,12 +18,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mtl.cli.host_memory import keep_freed_memory
 from mtl.config import validate
-from mtl.errors import MtlError
+from mtl.errors import MtlError, env_rank
 from mtl.inference.export import write_export
 from mtl.inference.predict import predict_unlabeled
-from mtl.training.distributed import env_rank
-from mtl.training.host_memory import keep_freed_memory
 from mtl.training.loop import run
 from mtl.training.state import RunResults, StopReason
 

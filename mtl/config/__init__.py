@@ -42,7 +42,7 @@ class TrainerConfig:
     grad_accum: int = 1
     max_grad_norm: float | None = 1.0
     mixed_precision: str = "no"  # no | fp16 | bf16
-    # torch.compile the shared encoder (mtl.training.speed); its backend ("inductor", or e.g.
+    # torch.compile the shared encoder (mtl.training.setup.speed); its backend ("inductor", or e.g.
     # "aot_eager" where no C++ compiler is at hand). Lengths are bucketed (data.pad_to_multiple_of)
     compile: bool = False
     compile_backend: str = "inductor"

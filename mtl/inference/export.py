@@ -34,13 +34,14 @@ import tempfile
 from pathlib import Path
 
 from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
+from mtl.builders.model import build_model
+from mtl.builders.tasks import build_tasks
+from mtl.builders.weights import trained_weights
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
 from mtl.inference.trust import check_task
-from mtl.training.build import build_model, build_tasks
-from mtl.training.checkpoint import trained_weights
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
 

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from mtl.artifacts import check_target, is_export
+from mtl.batching import to_device
 from mtl.errors import MtlError
 from mtl.inference.export import LoadedModel, TaskInfo, load_model, quiet, run_folder
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
-from mtl.training.evaluate import to_device
 
 USAGE = (
     "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "

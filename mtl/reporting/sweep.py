@@ -42,8 +42,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from mtl.artifacts import resume_override, write_file
-from mtl.errors import MtlError
-from mtl.training.distributed import LAUNCH_TIME_ENV, env_rank, launch_time
+from mtl.errors import MtlError, env_rank
+from mtl.training.launch.distributed import LAUNCH_TIME_ENV, launch_time
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ is `step`, the optimizer step mtl logs with every figure.
 the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `--monitor`, else
 the `monitor` of the run's `results.json`, else each task's main dev metric. Its best value is
 the run summary's `<key>.max` (`.min` for losses and for metrics that declare lower values
-better, asked of the run's task types; see `mtl.training.tracking.summary_of`).
+better, asked of the run's task types; see `mtl.training.tracking.logger.summary_of`).
 
 `--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
 `wandb-workspaces` (`pip install 'mtl-train[dashboards]'`) and saved as a new view of the project
@@ -36,7 +36,7 @@ import yaml
 from mtl.errors import MtlError
 from mtl.task_types import metric_directions, task_type_class
 from mtl.training.diagnostics import diagnostic_keys
-from mtl.training.tracking import summary_of
+from mtl.training.tracking.logger import summary_of
 
 DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
 

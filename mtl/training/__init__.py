@@ -1,5 +1,14 @@
-"""Training: the loop (`loop.run`), what a run builds once (`setup`, from the parts `build`
-makes), where it stands (`state`), hooks the loop calls (`hooks`), checkpoints and stop signals
-(`checkpoint`, `signals`, `resume`, `runlock`), several processes (`distributed`), evaluation,
-tracking. It imports no inference code: the run's outputs are written by its entry point
-(`mtl.cli.job`)."""
+"""Training: the loop and its state, with one sub-package per concern below them.
+
+- `loop`: `run(cfg)`, the `Training` loop read top to bottom; `state`: where a run stands
+  (`TrainState`, saved with each checkpoint; `Progress`; `RunResults`); `hooks`: what the loop
+  calls at fixed points; `evaluate`: dev and test figures; `diagnostics`: task interactions.
+- `setup/`: what a run builds once (`Run`, from the parts `mtl.builders` makes), its optimizer
+  and schedule, speed settings.
+- `checkpoints/`: saving and resuming a run, the run-folder lock, stop signals.
+- `tracking/`: metrics.jsonl and W&B, the logged window.
+- `launch/`: several processes and nodes (torchrun, accelerate), sharding.
+
+Layers (the import contract in pyproject.toml): loop > setup > hooks, evaluate, diagnostics,
+checkpoints > tracking, launch > state. It imports no inference code: the run's outputs are
+written by its entry point (`mtl.cli.job`)."""

@@ -21,8 +21,8 @@ import itertools
 
 import torch
 
+from mtl.batching import to_device
 from mtl.data import task_dataset
-from mtl.training.evaluate import to_device
 
 HELD_ROWS = 32
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mtl.batching import to_device
 from mtl.data import task_dataset
 
 
@@ -32,28 +33,6 @@ def eval_batches(
         share = rows[rank::world].tolist()
         batches.append((share, True) if share else (rows[:1].tolist(), False))
     return batches
-
-
-def to_device(batch: dict, device) -> dict:
-    """The batch with its tensors (also inside dicts) on `device`. To a GPU the copies do not
-    block the host: from pinned memory (`data.pin_memory`, on by default there) they run
-    asynchronously, ordered before the kernels that read them. Off the CPU the batch also keeps
-    its host `attention_mask` as `host_attention_mask`, for packing to plan from."""
-    device = torch.device(device)
-    non_blocking = device.type == "cuda"
-
-    def move(value):
-        if torch.is_tensor(value):
-            return value.to(device, non_blocking=non_blocking)
-        if isinstance(value, dict):
-            return {k: move(v) for k, v in value.items()}
-        return value
-
-    moved = {k: move(v) for k, v in batch.items()}
-    if device.type != "cpu" and torch.is_tensor(batch.get("attention_mask")):
-        # packing plans on the host (mtl.models.packing): reading the device copy would sync
-        moved["host_attention_mask"] = batch["attention_mask"]
-    return moved
 
 
 @torch.no_grad()

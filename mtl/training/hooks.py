@@ -12,7 +12,7 @@ A hook is any object with some of these methods (each is optional):
 - `on_log(run, progress, figures)`: after each logged window, with its figures.
 - `on_train_end(run, progress)`: when the run stops, before its final checkpoint.
 
-`run` is the run's `mtl.training.setup.Run` (what is built once), `progress` its
+`run` is the run's `mtl.training.setup.run.Run` (what is built once), `progress` its
 `mtl.training.state.Progress`; hooks read them and change neither. `run(cfg, hooks=[...])`
 (`mtl.training.loop`) adds hooks of your own after the configured ones (`trainer.trace`,
 `trainer.progress_bar`); they are called in that order.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from mtl.training.tracking import mix_text
+from mtl.training.tracking.window import mix_text
 
 EVENTS = ("on_micro_step", "on_step_end", "on_log", "on_train_end")
 

@@ -1,6 +1,6 @@
 """The training loop, top to bottom: set up, train with accelerate, evaluate, checkpoint, log.
 
-`run(cfg)` sets up a run (`mtl.training.setup.build_run`: what is built once, and the run's
+`run(cfg)` sets up a run (`mtl.training.setup.run.build_run`: what is built once, and the run's
 `Progress`), then trains epoch by epoch (`Training.train_epoch`), each batch a micro-step, every
 `grad_accum` of them an optimizer step, after which the window is logged, the model evaluated
 and checkpointed when their intervals say so; it ends (`Training.finish`) with a last
@@ -20,9 +20,10 @@ checkpoint is saved: no final evaluation or test).
 Several processes (DDP through accelerate): every rank takes the same task(s) at every step (the
 loader's schedule is seeded, not drawn from the global RNG) from its own shard of each task, so the
 heads used in a step are the same on all ranks and their gradients are all-reduced together. Ranks
-that would disagree are refused at start (`mtl.training.distributed.check_same_run`). Losses are
-summed on the device and read once per logged window: a NaN/inf loss is found there (all ranks at
-once, through one all-gather) and ends the run on every rank with an error naming the task and rank.
+that would disagree are refused at start (`mtl.training.launch.distributed.check_same_run`).
+Losses are summed on the device and read once per logged window: a NaN/inf loss is found there
+(all ranks at once, through one all-gather) and ends the run on every rank with an error naming
+the task and rank.
 A failing batch ends its rank with an error naming the task; the launcher then stops the others, and
 any collective that waits longer than `trainer.dist_timeout_s` fails, not hangs.
 """
@@ -32,26 +33,26 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig
 
+from mtl.batching import to_device
+from mtl.builders.model import build_model
 from mtl.config import validate
 from mtl.errors import MtlError
-from mtl.training.build import build_model
-from mtl.training.checkpoint import full_model, load_best, save_best, save_checkpoint
+from mtl.training.checkpoints.checkpoint import full_model, load_best, save_best, save_checkpoint
+from mtl.training.checkpoints.runlock import RunFolder
+from mtl.training.checkpoints.signals import StopSignal
 from mtl.training.diagnostics import Diagnostics
-from mtl.training.distributed import make_accelerator
-from mtl.training.evaluate import evaluate, to_device
+from mtl.training.evaluate import evaluate
 from mtl.training.gradients import TaskGradients, average_grads
-from mtl.training.runlock import RunFolder
-from mtl.training.setup import Run, build_run, quiet_libraries
-from mtl.training.signals import StopSignal
+from mtl.training.launch.distributed import make_accelerator
+from mtl.training.setup.run import Run, build_run, quiet_libraries
 from mtl.training.state import Progress, RunResults, StopReason
-from mtl.training.tracking import print_summary, window_figures
+from mtl.training.tracking.logger import print_summary
+from mtl.training.tracking.window import Window
 
 __all__ = ["RunResults", "StopReason", "StopSignal", "Training", "run"]
 
@@ -59,7 +60,7 @@ __all__ = ["RunResults", "StopReason", "StopSignal", "Training", "run"]
 def run(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:
     """Train as the composed config `cfg` says and return the results. `hooks` are called at
     fixed points of the loop (`mtl.training.hooks`). The run folder is held while it trains
-    (`mtl.training.runlock`)."""
+    (`mtl.training.checkpoints.runlock`)."""
     quiet_libraries()
     settings = validate(cfg)
     run_dir = Path(cfg.output_dir)
@@ -81,6 +82,7 @@ class Training:
         self.run, self.progress = run, progress
         self.state, self.hooks = progress.state, run.hooks
         self.signal: StopSignal | None = None
+        self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
         self.gradients = None  # each task's gradient, for a balancer that aggregates them
         if run.balancer.aggregates:
             self.gradients = TaskGradients(run.model, run.balancer, run.accelerator)
@@ -124,10 +126,8 @@ class Training:
         """Forward and backward of one batch; gradients are all-reduced only when `sync`. The
         balancer weighs the task losses into the loss backpropagated, or (when it aggregates
         gradients) each task's gradient is kept apart until the optimizer step."""
-        run, sums = self.run, self.progress.window.loss_sums
-        mask = batch["attention_mask"]
-        tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
-        self.state.shares.update(task_counts(batch), tokens, mask.numel(), sequences=mask.shape[0])
+        run = self.run
+        self.window.add_batch(batch)
         batch = to_device(batch, run.accelerator.device)
         # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
         # earlier micro-batch of the step: tests/distributed checks grad_accum 2.
@@ -138,9 +138,7 @@ class Training:
                 self.gradients.backward(out["task_losses"], group)
             else:
                 run.accelerator.backward(run.balancer.loss(out["task_losses"]) / group)
-        for name, value in out["task_losses"].items():
-            sums[run.task_index[name], 0] += value.detach().float()
-            sums[run.task_index[name], 1] += 1
+        self.window.add_losses(out["task_losses"])
         self.hooks.call("on_micro_step", run, self.progress, batch, out["loss"].detach())
 
     def optimizer_step(self) -> None:
@@ -182,20 +180,13 @@ class Training:
 
     def log_window(self) -> None:
         """Losses, shares, padding and throughput of the steps since the last window."""
-        run, window, step = self.run, self.progress.window, self.state.step
-        steps = (window.first_step, step)
-        figures = window_figures(
-            run.accelerator, list(run.tasks), window.loss_sums, self.state.shares, run.loader, steps
-        )
-        seconds = time.perf_counter() - window.started
-        figures["tokens_per_s"] = figures.pop("tokens") / max(seconds, 1e-9)
-        # sequences the encoder reads: an example, or each choice or QA window of one
-        figures["examples_per_s"] = figures.pop("sequences") / max(seconds, 1e-9)
+        run, step = self.run, self.state.step
+        target = run.loader.target_shares()
+        figures = self.window.figures(run.accelerator, step, self.state.share_totals, target)
         figures["lr"] = run.scheduler.get_last_lr()[0]
         figures["epoch"] = self.state.epoch
         run.logger.log(figures, step=step)
         self.hooks.call("on_log", run, self.progress, figures)
-        window.first_step, window.started = step + 1, time.perf_counter()
 
     def evaluate(self) -> None:
         """Dev figures of every task at the current step (and `eval/mean`, the mean of each
@@ -295,14 +286,6 @@ def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int
     group_start = index - index % grad_accum
     group = min(grad_accum, epoch_len - group_start)
     return index + 1 == group_start + group, group
-
-
-def task_counts(batch: dict) -> dict[str, int]:
-    """Rows per task in a batch: one task for single-task batches, a count per task for mixup."""
-    if "task" in batch:
-        return {batch["task"]: 1}
-    counts = torch.bincount(batch["task_ids"], minlength=len(batch["tasks"]))
-    return {name: int(counts[i]) for i, name in enumerate(batch["tasks"])}
 
 
 def guarded(loader, rank: int):

@@ -1,18 +1,15 @@
 """Where a run stands: the counters saved with every checkpoint (`TrainState`), the rest of its
-progress (`Progress`: evaluations so far, the logged window, why it stops) and what it returns
+progress (`Progress`: evaluations so far, why it stops) and what it returns
 (`RunResults`)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
-
-from mtl.training.tracking import ShareMeter
 
 
 class TrainState:
@@ -21,10 +18,10 @@ class TrainState:
     (`trainer.monitor`: its step and figures, and evaluations since, for `trainer.patience`), so
     that a resumed run picks the same best model and stops early at the same step."""
 
-    def __init__(self, shares: ShareMeter):
+    def __init__(self, tasks: list[str]):
         self.step = 0  # optimizer steps done
         self.epoch = 0  # epochs completed
-        self.shares = shares
+        self.share_totals = torch.zeros(len(tasks), dtype=torch.float64)  # rows per task so far
         self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
         self.best_step: int | None = None
         self.best: dict[str, float] = {}
@@ -34,7 +31,7 @@ class TrainState:
         return {
             "step": self.step,
             "epoch": self.epoch,
-            "shares": self.shares.state_dict(),
+            "share_totals": self.share_totals.tolist(),
             "metrics_rows": self.metrics_rows,
             "best_step": self.best_step,
             "best": dict(self.best),
@@ -43,11 +40,11 @@ class TrainState:
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch = state["step"], state["epoch"]
-        self.shares.load_state_dict(state["shares"])
-        self.metrics_rows = state.get("metrics_rows")  # absent from older checkpoints
-        self.best_step = state.get("best_step")  # these three too
-        self.best = dict(state.get("best") or {})
-        self.evals_since_best = state.get("evals_since_best", 0)
+        self.share_totals = torch.tensor(state["share_totals"], dtype=torch.float64)
+        self.metrics_rows = state["metrics_rows"]
+        self.best_step = state["best_step"]
+        self.best = dict(state["best"])
+        self.evals_since_best = state["evals_since_best"]
 
 
 class StopReason(str, Enum):
@@ -61,24 +58,12 @@ class StopReason(str, Enum):
 
 
 @dataclass
-class Window:
-    """The logged window in progress: per-task loss sums and counts (on the device, read once
-    per window), its first step and start time."""
-
-    loss_sums: torch.Tensor
-    first_step: int
-    started: float = field(default_factory=time.perf_counter)
-
-
-@dataclass
 class Progress:
     """What changes while a run trains. `state` holds the checkpointed counters (step, epoch,
     task shares, the best evaluation); the rest starts afresh on resume: the last evaluation and
-    the step it was made at, the logged window and `stop`, None until the run has a reason to
-    stop."""
+    the step it was made at, and `stop`, None until the run has a reason to stop."""
 
     state: TrainState
-    window: Window
     last_eval: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1
     stop: StopReason | None = None

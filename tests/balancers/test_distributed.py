@@ -14,8 +14,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from mtl.builders.weights import trained_weights
 from mtl.config import register_configs
-from mtl.training.checkpoint import trained_weights
 from mtl.training.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from mtl.batching import to_device
 from mtl.config import register_configs, validate
-from mtl.training.distributed import make_accelerator
-from mtl.training.evaluate import to_device
-from mtl.training.loop import Training, task_counts
-from mtl.training.setup import build_run
+from mtl.training.launch.distributed import make_accelerator
+from mtl.training.loop import Training
+from mtl.training.setup.run import build_run
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]"]
@@ -26,17 +26,13 @@ class TodaysLoop(Training):
     """The micro-step as it was before balancers: the model's own loss, backpropagated."""
 
     def micro_step(self, batch: dict, sync: bool, group: int) -> None:
-        run, sums = self.run, self.progress.window.loss_sums
-        mask = batch["attention_mask"]
-        tokens = batch["num_tokens"] if "num_tokens" in batch else int(mask.sum())
-        self.state.shares.update(task_counts(batch), tokens, mask.numel(), sequences=mask.shape[0])
+        run = self.run
+        self.window.add_batch(batch)
         batch = to_device(batch, run.accelerator.device)
         with contextlib.nullcontext() if sync else run.accelerator.no_sync(run.model):
             out = run.model(batch)
             run.accelerator.backward(out["loss"] / group)
-        for name, value in out["task_losses"].items():
-            sums[run.task_index[name], 0] += value.detach().float()
-            sums[run.task_index[name], 1] += 1
+        self.window.add_losses(out["task_losses"])
 
 
 def train(cfg, loop: type[Training] = Training):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl.training.runlock import LOCK, process_start
+from mtl.training.checkpoints.runlock import LOCK, process_start
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

@@ -172,9 +172,9 @@ def test_dist_default_config_is_one_run(tmp_path, launcher):
 WRONG_DEVICE = """
 import sys
 sys.path.insert(0, {root!r})
-import mtl.training.distributed
+import mtl.training.launch.distributed
 # accelerate finds no distributed device here: it would run 1 process each
-mtl.training.distributed.has_distributed_device = lambda: True
+mtl.training.launch.distributed.has_distributed_device = lambda: True
 from mtl.cli import train
 train()
 """

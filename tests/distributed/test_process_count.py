@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-import mtl.training.distributed
+import mtl.training.launch.distributed
 from mtl.config import TrainerConfig
 from mtl.errors import MtlError
-from mtl.training.distributed import check_world_size, launcher_world_size, make_accelerator
+from mtl.training.launch.distributed import check_world_size, launcher_world_size, make_accelerator
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_accelerator_that_would_not_join_the_launch_is_refused(
     for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
     # Claim a device accelerate does not find: it then runs this rank on its own.
-    monkeypatch.setattr(mtl.training.distributed, "has_distributed_device", lambda: True)
+    monkeypatch.setattr(mtl.training.launch.distributed, "has_distributed_device", lambda: True)
     with pytest.raises(MtlError) as info:
         make_accelerator(TrainerConfig(), tmp_path, log_with_wandb=False)
     message = str(info.value)

@@ -15,9 +15,9 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 
+from mtl.builders.weights import MARKER, WEIGHTS, trained_weights
 from mtl.config import TrainerConfig
-from mtl.training.checkpoint import MARKER, WEIGHTS, trained_weights
-from mtl.training.sharding import check_strategy
+from mtl.training.launch.sharding import check_strategy
 
 
 @pytest.fixture

@@ -507,8 +507,9 @@ def test_mtl_export_of_a_run_naming_a_users_head_needs_trust(
 
 
 def test_init_from_reads_only_the_weights_of_an_export(run_dir, tmp_path, user_module):
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
-    from mtl.training.build import build_model, build_tasks
 
     module, marker = user_module
     export = edited_export(run_dir, tmp_path / "export", _formatted(EDITS["own head"], module))

@@ -314,7 +314,8 @@ def test_unlabeled_test_split_is_predicted_not_scored(run_dir, loaded, files):
 
 
 def test_init_from_an_export_folder_gives_its_logits(run_dir, loaded, files, tmp_path, capsys):
-    from mtl.training.build import build_model, build_tasks
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
 
     cfg = make_cfg(
         files, tmp_path / "next", "task=[synthetic_cls]", f"model.init_from={run_dir / 'export'}"
@@ -331,8 +332,9 @@ def test_init_from_an_export_folder_gives_its_logits(run_dir, loaded, files, tmp
 
 
 def test_heads_without_a_transformers_class_are_skipped_with_one_line(files, tmp_path, capsys):
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
     from mtl.inference.export import write_export
-    from mtl.training.build import build_model, build_tasks
 
     cfg = make_cfg(
         files,

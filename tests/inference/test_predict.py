@@ -73,7 +73,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_export_and_load_give_the_trained_logits(run_dir, export_dir, loaded):
-    from mtl.training.build import build_model, build_tasks
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
 
     settings = validate(OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
     tasks, _ = build_tasks(settings, 0)

@@ -14,8 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
 from mtl.artifacts import config_dir
+from mtl.builders.loaders import build_composite_loader
 from mtl.config import register_configs
-from mtl.training.build import build_composite_loader
 
 
 class ToyDataset(Dataset):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 from safetensors import safe_open
 
+from mtl.builders.model import build_model
+from mtl.builders.tasks import build_tasks
 from mtl.config import validate
 from mtl.models import resolve_model_path
 from mtl.models.heads import SequenceClassificationHead
-from mtl.training.build import build_model, build_tasks
 
 
 def test_default_model_heads_start_from_the_checkpoints_pooler(make_cfg):

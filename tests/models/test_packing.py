@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from mtl.batching import to_device
+from mtl.builders.loaders import build_composite_loader, build_train_loaders
+from mtl.builders.model import build_model
+from mtl.builders.tasks import build_tasks
 from mtl.config import validate
 from mtl.models import load_encoder
 from mtl.models.packing import PackedEncoder, Packing, first_fit
-from mtl.training.build import build_composite_loader, build_model, build_tasks, build_train_loaders
-from mtl.training.evaluate import to_device
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

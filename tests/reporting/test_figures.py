@@ -27,7 +27,7 @@ from mtl.reporting.figures import (
     sweep_figures,
 )
 from mtl.training.loop import run
-from mtl.training.wandb_file import records
+from mtl.training.tracking.wandb_file import records
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]

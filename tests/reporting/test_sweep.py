@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from mtl.config import register_configs
 from mtl.reporting.sweep import summary_rows, write_summary
-from mtl.training.tracking import mix_text, short_names
+from mtl.training.tracking.window import mix_text, short_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ["debug=fast", "task=[synthetic_cls]"]

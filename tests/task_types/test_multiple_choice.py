@@ -11,6 +11,8 @@ import torch
 from datasets import disable_progress_bars
 from sklearn.metrics import accuracy_score
 
+from mtl.builders.loaders import build_train_loaders
+from mtl.builders.tasks import build_tasks
 from mtl.config import validate
 from mtl.data import build_task_from_config, load_tokenizer, task_dataset, task_loader
 from mtl.errors import MtlError
@@ -19,7 +21,6 @@ from mtl.models import MultiTaskModel, load_encoder
 from mtl.models.heads import MultipleChoiceHead
 from mtl.samplers import RandomBatchSampler
 from mtl.task_types import task_config
-from mtl.training.build import build_tasks, build_train_loaders
 from mtl.training.loop import run
 
 disable_progress_bars()

@@ -28,7 +28,7 @@ from mtl.task_types import (
     task_config,
     task_type_class,
 )
-from mtl.training.tracking import summary_of
+from mtl.training.tracking.logger import summary_of
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"

@@ -11,13 +11,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from mtl.builders.loaders import build_train_loaders
+from mtl.builders.tasks import build_tasks
 from mtl.config import validate
 from mtl.data import build_task_from_config, load_tokenizer
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader
 from mtl.models.heads import QuestionAnsweringHead
 from mtl.task_types import task_config
-from mtl.training.build import build_tasks, build_train_loaders
 from mtl.training.loop import run
 
 QUESTION = "Which animal is named first?"

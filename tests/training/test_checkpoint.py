@@ -17,11 +17,11 @@ import pytest
 import torch
 from accelerate import Accelerator
 
+from mtl.builders.weights import MARKER, resolve_checkpoint
 from mtl.errors import MtlError
-from mtl.training.checkpoint import MARKER, resolve_checkpoint, save_checkpoint
-from mtl.training.signals import StopSignal
+from mtl.training.checkpoints.checkpoint import save_checkpoint
+from mtl.training.checkpoints.signals import StopSignal
 from mtl.training.state import TrainState
-from mtl.training.tracking import ShareMeter
 
 
 class Setup:
@@ -36,7 +36,7 @@ class Setup:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(
             model, optimizer, scheduler
         )
-        self.state = TrainState(ShareMeter(["a", "b"]))
+        self.state = TrainState(["a", "b"])
         self.accelerator.register_for_checkpointing(self.state)
 
     def train_step(self) -> None:
@@ -226,8 +226,8 @@ def test_stop_signal_requests_a_stop_and_restores_handlers(setup, tmp_path, sign
 DIST_SCRIPT = """
 import os, signal, sys, torch
 from accelerate import Accelerator
-from mtl.training.checkpoint import save_checkpoint
-from mtl.training.signals import StopSignal
+from mtl.training.checkpoints.checkpoint import save_checkpoint
+from mtl.training.checkpoints.signals import StopSignal
 
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(torch.nn.Linear(2, 2))

@@ -16,7 +16,7 @@ import torch
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.training.loop import run
-from mtl.training.speed import BUCKET, loader_settings
+from mtl.training.setup.speed import BUCKET, loader_settings
 
 # One encoder layer and no packing: tracing costs seconds per layer and per graph, and packed
 # batches (another call signature) would add graphs of their own.

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mtl.training.loop import run
-from mtl.training.wandb_file import read_history, record_types
+from mtl.training.tracking.wandb_file import read_history, record_types
 
 ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ["sequential", "round_robin", "random", "mixup"]
@@ -355,9 +355,10 @@ def test_a_missing_pair_column_is_one_line(tmp_path):
 def test_init_from_a_trained_run_keeps_the_encoder_and_shared_heads(make_cfg, tmp_path, capsys):
     import torch
 
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
     from mtl.data import task_dataset
-    from mtl.training.build import build_model, build_tasks
 
     trained = tmp_path / "trained"
     run(make_cfg("task=[synthetic_cls,synthetic_reg]", output_dir=trained))

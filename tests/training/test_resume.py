@@ -20,8 +20,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mtl.training.runlock import LOCK, process_start
-from mtl.training.wandb_file import read_history
+from mtl.training.checkpoints.runlock import LOCK, process_start
+from mtl.training.tracking.wandb_file import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = [
@@ -323,12 +323,13 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     """A checkpoint saved before checkpoints described their run: the shapes tell."""
     import shutil
 
+    from mtl.builders.model import build_model
+    from mtl.builders.tasks import build_tasks
     from mtl.config import validate
     from mtl.data import load_tokenizer
     from mtl.errors import MtlError
-    from mtl.training.build import build_model, build_tasks
-    from mtl.training.resume import check_compatible, describe
-    from mtl.training.setup import balancer_node
+    from mtl.training.checkpoints.resume import check_compatible, describe
+    from mtl.training.setup.run import balancer_node
 
     step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
     (step / "mtl_run.json").unlink()

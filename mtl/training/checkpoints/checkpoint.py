@@ -28,29 +28,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from mtl.artifacts import HEADS_FILE, fsync, is_export
+from mtl.artifacts import fsync
+from mtl.builders.weights import (
+    BEST,
+    DESCRIPTION,
+    MARKER,
+    OLD_PREFIX,
+    STEP_NAME,
+    TMP_PREFIX,
+    incomplete_reason,
+    step_dir_name,
+    step_folders,
+)
 from mtl.errors import MtlError
-from mtl.models import load_encoder
-from mtl.training.distributed import env_rank
-
-MARKER = "mtl_checkpoint.json"
-WEIGHTS = ("model.safetensors", "pytorch_model_fsdp.bin")  # DDP's, FSDP's (full state dict)
-DESCRIPTION = "mtl_run.json"  # the run's tasks and model (mtl.training.resume.describe)
-TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one
-OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
-STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:07d}"
 
 
 def save_checkpoint(
@@ -71,7 +66,7 @@ def save_checkpoint(
     checkpoints of the highest steps are kept (always including this one), and folders left by
     killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing outside
     `<run>/checkpoints` is touched. Returns once the folder is in place on every rank. `description`
-    (the run's tasks and model, `mtl.training.resume.describe`) goes to `mtl_run.json`.
+    (the run's tasks and model, `mtl.training.checkpoints.resume.describe`) goes to `mtl_run.json`.
     """
     if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 1):
         raise MtlError(
@@ -142,104 +137,14 @@ def _prune(root: Path, keep_last: int | None, just_saved: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
     if keep_last is None:
         return
-    complete = [p for p in _step_folders(root) if not p.name.startswith(".") and not _problem(p)]
+    complete = [
+        p for p in step_folders(root) if not p.name.startswith(".") and not incomplete_reason(p)
+    ]
     for path in complete[:-keep_last]:
         if path != just_saved:
             aside = path.with_name(OLD_PREFIX + path.name)
             os.replace(path, aside)  # a delete cut short leaves a folder resume skips
             shutil.rmtree(aside, ignore_errors=True)
-
-
-def _step_folders(root: Path) -> list[Path]:
-    """The `step_*`, `.tmp-step_*` and `.old-step_*` folders of `root`, lowest step first."""
-    found = []
-    for path in root.iterdir():
-        m = STEP_NAME.match(path.name)
-        if m and path.is_dir():
-            found.append((int(m.group(1)), not path.name.startswith("."), path))
-    return [path for *_, path in sorted(found)]
-
-
-def _problem(folder: Path) -> str | None:
-    """Why `folder` is not a complete checkpoint (None when it is)."""
-    if folder.name.startswith(TMP_PREFIX):
-        return "left by an interrupted save"
-    if folder.name.startswith(OLD_PREFIX):
-        return "left by an interrupted replace or delete"
-    try:
-        files = json.loads((folder / MARKER).read_text())["files"]
-    except FileNotFoundError:
-        return f"no {MARKER}: half-written, or copied without it"
-    except (ValueError, KeyError, TypeError):
-        return f"{MARKER} unreadable"
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, not {size}"
-    return None
-
-
-def resolve_checkpoint(path: str) -> str:
-    """The checkpoint folder that `trainer.resume=<path>` loads.
-
-    `path` is a checkpoint folder (`<run>/checkpoints/step_<N>`), used when complete, or a run
-    folder (or its `checkpoints/` folder), which gives its complete checkpoint of the highest
-    step; incomplete ones of higher steps (`.tmp-*` folders left by a killed save, folders without
-    the marker or with files missing) are skipped and named in one line on stderr (rank 0).
-    Raises a one-line `MtlError` when `path` does not exist, is an incomplete checkpoint, or
-    holds no complete checkpoint.
-    """
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise _everywhere(
-            f"trainer.resume={path}: no such folder; give a run folder or one of its "
-            "checkpoints/step_N folders"
-        )
-    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-    folders = _step_folders(root)
-    if not folders and root != p:
-        raise _everywhere(
-            f"trainer.resume={path}: no checkpoint in {root}; start without trainer.resume"
-        )
-    if not folders:
-        problem = _problem(p)
-        if problem is None:  # a complete checkpoint folder, whatever its name
-            return str(p)
-        if (p / MARKER).exists() or STEP_NAME.match(p.name) or (p / "random_states_0.pkl").exists():
-            raise _everywhere(
-                f"trainer.resume={path}: incomplete checkpoint ({problem}); give the run folder "
-                "to use its latest complete checkpoint"
-            )
-        raise _everywhere(
-            f"trainer.resume={path}: neither a checkpoint folder nor a run folder with "
-            "checkpoints/step_N folders"
-        )
-    skipped = []
-    for folder in reversed(folders):
-        problem = _problem(folder)
-        if problem is None:
-            if skipped and env_rank() == 0:
-                print(
-                    f"mtl: trainer.resume: skipping incomplete {'; '.join(skipped)}; "
-                    f"resuming from {folder}",
-                    file=sys.stderr,
-                )
-            return str(folder)
-        skipped.append(f"{folder.name} ({problem})")
-    raise _everywhere(
-        f"trainer.resume={path}: no complete checkpoint in {root} "
-        f"(incomplete: {'; '.join(skipped)}); start without trainer.resume"
-    )
-
-
-def _everywhere(message: str) -> MtlError:
-    """An MtlError every rank raises alike (printed once, by rank 0)."""
-    return MtlError(message, all_ranks=True)
-
-
-BEST = "best"
 
 
 def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Path:
@@ -270,7 +175,7 @@ def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | 
             saved = json.loads((source / "best.json").read_text())["step"]
         except (OSError, ValueError, KeyError, TypeError):
             saved = None
-        if saved == step and _problem(source) is None:
+        if saved == step and incomplete_reason(source) is None:
             root = Path(run_dir) / "checkpoints"
             final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -312,30 +217,3 @@ def full_model(accelerator, model, build):
     full = build()
     full.load_state_dict(state)
     return full
-
-
-def trained_weights(path: str) -> tuple[dict, Path]:
-    """The model weights of a run folder (its best model, else its latest complete checkpoint),
-    a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
-    heads.safetensors), and where they came from (`model.init_from`)."""
-    folder = Path(path)
-    if is_export(folder):
-        encoder = load_encoder(str(folder)).state_dict()
-        heads = load_file(folder / HEADS_FILE)
-        state = {f"encoder.{k}": v for k, v in encoder.items()}
-        return state | {f"heads.{k}": v for k, v in heads.items()}, folder
-    best = folder / "checkpoints" / BEST / "model.pt"
-    if (folder / "checkpoints" / BEST / MARKER).is_file():
-        return torch.load(best, map_location="cpu", weights_only=True), best
-    if folder.name == BEST and (folder / MARKER).is_file():
-        return torch.load(folder / "model.pt", map_location="cpu", weights_only=True), folder
-    try:
-        checkpoint = Path(resolve_checkpoint(path))
-    except MtlError:
-        raise MtlError(
-            f"model.init_from={path}: not an mtl run, checkpoint or export folder (no complete "
-            "checkpoint in it); give <run folder>, <run>/checkpoints/step_N or <run>/export"
-        ) from None
-    if (checkpoint / WEIGHTS[0]).is_file():
-        return load_file(checkpoint / WEIGHTS[0]), checkpoint
-    return torch.load(checkpoint / WEIGHTS[1], map_location="cpu", weights_only=True), checkpoint

@@ -12,9 +12,9 @@ that every process trains the same thing, and a per-step trace for tests.
   several processes is a multi-CPU run, as `trainer.cpu=true` would make it (accelerate itself
   would give each process a run of its own). A process count that differs from the launcher's
   is refused at start with one MtlError, and so are nodes started for different launches or
-  not sharing the run folder (`mtl.training.nodes`).
+  not sharing the run folder (`mtl.training.launch.nodes`).
 - `trainer.strategy=fsdp` shards the model with accelerate's FSDP plugin; a run where accelerate
-  would not shard is refused (`mtl.training.sharding`).
+  would not shard is refused (`mtl.training.launch.sharding`).
 - `check_same_run()` all-gathers a fingerprint of the config and the loader's schedule: ranks that
   would train different things (and desynchronise or hang) are refused with one MtlError.
 - `Tracer` writes `trace_rank<r>.jsonl` (`trainer.trace=true`): one line per optimizer step with
@@ -35,15 +35,11 @@ import torch
 from omegaconf import OmegaConf
 
 from mtl.errors import MtlError
-from mtl.training.nodes import check_nodes
-from mtl.training.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
+from mtl.training.launch.nodes import check_nodes
+from mtl.training.launch.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
 
 LAUNCH_TIME_ENV = "MTL_LAUNCH_TIME"
 _launch_time: datetime | None = None
-
-
-def env_rank() -> int:
-    return int(os.environ.get("RANK", "0"))
 
 
 def env_world_size() -> int:
@@ -126,7 +122,7 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     process of the launcher's run, on CPU with `trainer.cpu` or where no device can hold the
     launcher's processes. MtlError (one line) when accelerate sees another process count, when
     it would not run `trainer.strategy=fsdp` as FSDP, or when the nodes disagree on the launch
-    or the run folder (`mtl.training.nodes.check_nodes`)."""
+    or the run folder (`mtl.training.launch.nodes.check_nodes`)."""
     from accelerate import DistributedDataParallelKwargs
     from accelerate.utils import InitProcessGroupKwargs
 

@@ -18,15 +18,17 @@ import hashlib
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
 from mtl.config import Settings
 from mtl.errors import MtlError
-from mtl.training.checkpoint import DESCRIPTION, MARKER
-from mtl.training.tracking import RunLogger, run_group, run_name
-from mtl.training.wandb_file import read_history
+from mtl.training.checkpoints.checkpoint import carry_best
+from mtl.training.tracking.logger import RunLogger, run_group, run_name
+from mtl.training.tracking.wandb_file import read_history
 
 RUN_ID_FILE = "wandb_run_id"
 METRICS = "metrics.jsonl"
@@ -124,9 +126,10 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     ours = description
     for key in ("tasks", "model", "tokenizer", "balancer"):
         if theirs and key in theirs and theirs[key] != ours[key]:
-            raise _everywhere(
+            raise MtlError(
                 f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
-                f"has {_show(ours[key])}; {fix}"
+                f"has {_show(ours[key])}; {fix}",
+                all_ranks=True,
             )
     shapes = _saved_shapes(folder, option)
     if shapes is None:
@@ -135,18 +138,20 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     saved_tasks = sorted({k.split(".")[1] for k in shapes if k.startswith("heads.")})
     run_tasks = sorted({k.split(".")[1] for k in here if k.startswith("heads.")})
     if saved_tasks != run_tasks:
-        raise _everywhere(
+        raise MtlError(
             f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
-            f"{run_tasks}; {fix}"
+            f"{run_tasks}; {fix}",
+            all_ranks=True,
         )
     for part in ("encoder.", "heads."):
         for key in sorted(k for k in shapes.keys() | here.keys() if k.startswith(part)):
             if shapes.get(key) != here.get(key):
                 task = key.split(".")[1]
                 what = f"the head of task {task!r}" if part == "heads." else "the encoder"
-                raise _everywhere(
+                raise MtlError(
                     f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
-                    f" there, {_shape(here, key)} here); {fix}"
+                    f" there, {_shape(here, key)} here); {fix}",
+                    all_ranks=True,
                 )
 
 
@@ -173,9 +178,10 @@ def _saved_shapes(folder: Path, option: str) -> dict[str, tuple] | None:
 def unreadable(folder: Path, option: str, err: Exception) -> MtlError:
     """A checkpoint that cannot be loaded: a file damaged (its size right, its contents not)."""
     detail = (str(err).strip().splitlines() or [""])[-1][:200]
-    return _everywhere(
+    return MtlError(
         f"{option}: checkpoint {folder} cannot be loaded ({type(err).__name__}: {detail}); "
-        f"resume from an earlier one: trainer.resume={folder.parent}/step_N"
+        f"resume from an earlier one: trainer.resume={folder.parent}/step_N",
+        all_ranks=True,
     )
 
 
@@ -191,8 +197,48 @@ def _show(value) -> str:
     return repr(value)
 
 
-def _everywhere(message: str) -> MtlError:
-    return MtlError(message, all_ranks=True)
+@dataclass(frozen=True)
+class Start:
+    """Where a training starts: from scratch (`checkpoint` None) or from a checkpoint, in that
+    checkpoint's own run folder (`same_run`: the same run continues) or in another one.
+    `restart`: the folder holds only the rows of an attempt killed before its first checkpoint
+    (this start is that run again)."""
+
+    option: str
+    checkpoint: str | None = None
+    same_run: bool = False
+    restart: bool = False
+
+    def check(self, model, description: dict) -> None:
+        """The checkpoint fits the run's model (before anything is loaded)."""
+        if self.checkpoint is not None:
+            check_compatible(self.checkpoint, model, description, self.option)
+
+    def restore(self, accelerator, run_dir: Path, state) -> None:
+        """Load the checkpoint (every registered object, `state` too); resuming into another
+        folder brings the source run's best model along."""
+        if self.checkpoint is None:
+            return
+        load_checkpoint(accelerator, self.checkpoint, self.option)
+        if not self.same_run:
+            carry_best(accelerator, run_of(self.checkpoint), run_dir, state.best_step)
+
+    def rewind(self, state) -> tuple[int | None, int] | None:
+        """What metrics.jsonl is cut back to (rows, step): the checkpoint's rows when the same
+        run continues, nothing when it starts again, None when the folder is new."""
+        if self.same_run:
+            return state.metrics_rows, state.step
+        return (0, 0) if self.restart else None
+
+
+def find_start(resume: str | None, run_dir: Path) -> Start:
+    """The start `trainer.resume` asks for in `run_dir`; a folder that holds another training
+    is refused (`check_run_folder`)."""
+    option = f"trainer.resume={resume}"
+    checkpoint = resolve_checkpoint(resume) if resume else None
+    same_run = checkpoint is not None and run_of(checkpoint) == Path(run_dir).resolve()
+    restart = check_run_folder(run_dir, same_run, resume)
+    return Start(option, checkpoint, same_run, restart)
 
 
 def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
@@ -209,7 +255,7 @@ def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
             if resume
             else f"continue it with trainer.resume={run_dir}, or train into a new folder"
         )
-        raise _everywhere(f"{run_dir} holds another training ({found[-1]}); {fix}")
+        raise MtlError(f"{run_dir} holds another training ({found[-1]}); {fix}", all_ranks=True)
     metrics = run_dir / METRICS
     return metrics.is_file() and metrics.stat().st_size > 0
 

@@ -2,7 +2,8 @@
 (FSDP2, `fully_shard`), and the check that accelerate really shards.
 
 Each transformer layer of the encoder is a unit of its own, the rest (embeddings, heads) the
-root unit; checkpoints hold the full weights, gathered on rank 0 (`mtl.training.checkpoint`).
+root unit; checkpoints hold the full weights, gathered on rank 0
+(`mtl.training.checkpoints.checkpoint`).
 accelerate runs FSDP only over devices: with `cpu=True` (a CPU launch) it wraps the model in DDP
 whatever the plugin says, and a single process runs unwrapped, so such a run is refused with one
 MtlError (see docs/distributed.md for what was measured on CPU).

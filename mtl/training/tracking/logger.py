@@ -7,17 +7,14 @@ offline by default so no account or network is needed; `logger=none` turns the t
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 
 from mtl.config import LoggerConfig
-from mtl.errors import MtlError
 from mtl.task_types import metric_directions
 
 
@@ -31,9 +28,10 @@ class RunLogger:
 
     A resumed run continues its W&B run: `run_id` (kept in the run folder) with `resume="allow"`.
     `history` is the rows metrics.jsonl kept up to the checkpoint (see
-    `mtl.training.resume.rewind_metrics`); W&B is sent those of them after `seen` (the last step it
-    holds, `mtl.training.resume.wandb_seen_step`), and of the rows logged from now on only those
-    after `seen`, said once: W&B holds every step once. `rows` counts the lines of metrics.jsonl.
+    `mtl.training.checkpoints.resume.rewind_metrics`); W&B is sent those of them after `seen`
+    (the last step it holds, `mtl.training.checkpoints.resume.wandb_seen_step`), and of the rows
+    logged from now on only those after `seen`, said once: W&B holds every step once. `rows`
+    counts the lines of metrics.jsonl.
     """
 
     def __init__(
@@ -123,112 +121,6 @@ def summary_of(key: str, higher_is_better: dict[str, bool] | None = None) -> str
     if key.startswith("eval/"):
         return "max,last" if (higher_is_better or {}).get(key, True) else "min,last"
     return "last"
-
-
-class ShareMeter:
-    """Each task's share of the batches (rows for mixed batches), global over processes.
-
-    `update` takes one batch's per-task row counts; `figures` all-reduces the window's counts
-    (one fixed-length tensor) and returns `share/<task>` (the window), `share_total/<task>`
-    (since the start of the run) and `share_target/<task>` (what the loader schedules).
-    """
-
-    def __init__(self, tasks: list[str]):
-
-        self.tasks = tasks
-        self.index = {name: i for i, name in enumerate(tasks)}
-        # per task, then: sequences (rows the encoder reads), real tokens, padded tokens; host
-        # numbers until the window is reduced (a tensor op per batch costs more than the sums)
-        self.window = [0.0] * (len(tasks) + 3)
-        self.total = torch.zeros(len(tasks), dtype=torch.float64)
-
-    def update(
-        self, task_counts: dict[str, int], tokens: int, padded: int, sequences: int = 0
-    ) -> None:
-        window = self.window
-        for name, count in task_counts.items():
-            window[self.index[name]] += count
-        window[-3] += sequences
-        window[-2] += tokens
-        window[-1] += padded
-
-    def figures(self, accelerator, target: dict[str, float]) -> dict[str, float]:
-        counted = torch.tensor(self.window, dtype=torch.float64, device=accelerator.device)
-        window = accelerator.reduce(counted, reduction="sum").cpu()
-        self.window = [0.0] * len(self.window)
-        counts = window[: len(self.tasks)]
-        self.total += counts
-        out: dict[str, float] = {}
-        for i, name in enumerate(self.tasks):
-            out[f"share/{name}"] = float(counts[i] / counts.sum().clamp(min=1))
-            out[f"share_total/{name}"] = float(self.total[i] / self.total.sum().clamp(min=1))
-            if name in target:
-                out[f"share_target/{name}"] = float(target[name])
-        out["sequences"] = float(window[-3])
-        out["tokens"] = float(window[-2])
-        out["padding_efficiency"] = float(window[-2] / window[-1].clamp(min=1))
-        return out
-
-    def state_dict(self) -> dict:
-        return {"total": self.total.tolist()}
-
-    def load_state_dict(self, state: dict) -> None:
-
-        self.total = torch.tensor(state["total"], dtype=torch.float64)
-
-
-def window_figures(accelerator, names, loss_sums, shares, loader, steps) -> dict[str, float]:
-    """The logging window's losses and shares, summed over processes (one collective each).
-
-    Each rank's per-task loss sums are gathered, so a NaN/inf loss is reported with its task and
-    rank, on every rank at the same step."""
-    world = accelerator.num_processes
-    gathered = accelerator.gather(loss_sums.reshape(1, -1))
-    per_rank = gathered.reshape(world, len(names), 2).cpu().clone()  # gather may return its input
-    loss_sums.zero_()
-    bad = [
-        f"task {names[i]!r} on rank {r}"
-        for r in range(world)
-        for i in range(len(names))
-        if per_rank[r, i, 1] > 0 and not math.isfinite(float(per_rank[r, i, 0]))
-    ]
-    if bad:
-        raise MtlError(
-            f"loss is NaN/inf for {', '.join(bad)} in steps {steps[0]}-{steps[1]}; check that "
-            "task's data and labels, or lower the learning rate",
-            all_ranks=True,
-        )
-    sums = per_rank.double().sum(dim=0)
-    figures: dict[str, float] = {}
-    total, count = 0.0, 0.0
-    for i, name in enumerate(names):
-        if sums[i, 1] > 0:
-            figures[f"loss/{name}"] = float(sums[i, 0] / sums[i, 1])
-            total += float(sums[i, 0])
-            count += float(sums[i, 1])
-    figures["loss"] = total / max(count, 1.0)
-    figures.update(shares.figures(accelerator, loader.target_shares()))
-    return figures
-
-
-def mix_text(figures: dict[str, float], names: list[str]) -> str:
-    """The window's share of each task for the progress bar: `pydoc_to…=0.50 pydoc_code=0.25`."""
-    labels = short_names(names)
-    return " ".join(f"{labels[name]}={figures.get(f'share/{name}', 0):.2f}" for name in names)
-
-
-def short_names(names: list[str], width: int = 8) -> dict[str, str]:
-    """A distinct label per name: the name itself when it has at most `width` characters, else its
-    shortest prefix of at least `width` that begins no other name, with `…` (the whole name when
-    that is no shorter). `pydoc_code`, `pydoc_code_share` -> `pydoc_code`, `pydoc_code_…`."""
-    labels = {}
-    for name in names:
-        others = [other for other in names if other != name]
-        size = width
-        while size < len(name) and any(other.startswith(name[:size]) for other in others):
-            size += 1
-        labels[name] = name if size >= len(name) - 1 else name[:size] + "…"
-    return labels
 
 
 def run_name(cfg: DictConfig) -> str:

@@ -18,7 +18,7 @@ PAGES = BLOCK // 4096
 
 CHILD = f"""
 import ctypes, resource, sys
-from mtl.training.host_memory import keep_freed_memory
+from mtl.cli.host_memory import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
