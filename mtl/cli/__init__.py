@@ -26,6 +26,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -237,10 +238,33 @@ def _missing_option(err: MissingConfigException) -> str:
             "/".join(parts[:-1]),
         )
     )
-    option = missing[len(group) + 1 :]
     options = _group_options(folders, group)
+    named = [o for o in _named_options(group) if o not in options]
+    unknown = named or [missing[len(group) + 1 :]]  # the command line's order: the first first
+    option, listed = unknown[0], ", ".join(repr(o) for o in unknown)
+    local = Path.cwd() / "conf"
+    if (local / group / f"{option}.yaml").is_file() and local.resolve() not in folders:
+        return (
+            f"unknown {group} {listed}: conf/{group}/{option}.yaml is in this folder's conf/, "
+            "which mtl does not search; add --config-dir conf to the command"
+        )
     choices = f"choose from {', '.join(options)}, or " if options else ""
-    return f"unknown {group} '{option}'; {choices}add conf/{missing}.yaml"
+    hint = did_you_mean(option, options)
+    return f"unknown {group} {listed}; {hint}{choices}add conf/{group}/{option}.yaml"
+
+
+def _named_options(group: str) -> list[str]:
+    """The options of `group` the command line names (`task=[a,b]`, `+task=a`), in its order."""
+    try:
+        overrides = OverridesParser.create().parse_overrides(sys.argv[1:])
+    except HydraException:
+        return []
+    named: list[str] = []
+    for override in overrides:
+        if override.key_or_group == group and not override.is_sweep_override():
+            value = override.value()
+            named += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return named
 
 
 def _searched_folders(sources: list[tuple[str, str]]) -> list[Path]:

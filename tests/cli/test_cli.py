@@ -46,7 +46,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     [
         (
             ["loader=mix"],
-            f"unknown loader 'mix'; choose from {LOADERS}, or add conf/loader/mix.yaml",
+            f"unknown loader 'mix'; did you mean mixup? choose from {LOADERS}, or add conf/loader/mix.yaml",
         ),
         (
             ["task=[synthetic_cls,nope]"],
@@ -54,7 +54,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
         ),
         (
             ["task=[glue/nope]"],
-            f"unknown task 'glue/nope'; choose from {TASKS}, or add conf/task/glue/nope.yaml",
+            f"unknown task 'glue/nope'; did you mean glue/rte? choose from {TASKS}, or add conf/task/glue/nope.yaml",
         ),
         (
             ["trainer.epochs=abc"],
@@ -89,7 +89,9 @@ def test_a_sweep_with_an_unknown_option_fails_before_any_job(tmp_path):
         f"hydra.sweep.dir={sweep}",
         cwd=tmp_path,
     )
-    assert one_error_line(result).startswith("unknown loader 'mix'; choose from")
+    assert one_error_line(result).startswith(
+        "unknown loader 'mix'; did you mean mixup? choose from"
+    )
     assert not [p for p in sweep.glob("*") if p.is_dir()]  # no job folder
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
