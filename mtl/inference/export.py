@@ -77,9 +77,16 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     for name, task in (cfg.get("task") or {}).items():
         check_task(name, OmegaConf.to_container(task), trust=trust_custom_code)
     settings = validate(cfg)
-    settings = dataclasses.replace(
-        settings, model=dataclasses.replace(settings.model, init_from=None)
-    )
+    # the trained weights replace the base model's: build from its config alone (no load report)
+    built = dataclasses.replace(settings.model, init_from=None, random_init=True)
+    settings = dataclasses.replace(settings, model=built)
+    base = settings.model.tokenizer or settings.model.name_or_path
+    if base and base.startswith((".", "/", "~")) and not Path(base).expanduser().exists():
+        raise MtlError(
+            f"model={path}: the run's base model {base} is gone (moved or deleted), and a run "
+            f"folder is read with it; put it back, or use the run's export ({run}/export, "
+            f"or mtl-export it where the base is), which holds the encoder whole"
+        )
     tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0))
     model = build_model(settings, tasks)
     try:
