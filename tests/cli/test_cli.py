@@ -46,7 +46,8 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     [
         (
             ["loader=mix"],
-            f"unknown loader 'mix'; did you mean mixup? choose from {LOADERS}, or add conf/loader/mix.yaml",
+            f"unknown loader 'mix'; did you mean mixup? choose from {LOADERS}, "
+            "or add conf/loader/mix.yaml",
         ),
         (
             ["task=[synthetic_cls,nope]"],
@@ -54,7 +55,8 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
         ),
         (
             ["task=[glue/nope]"],
-            f"unknown task 'glue/nope'; did you mean glue/rte? choose from {TASKS}, or add conf/task/glue/nope.yaml",
+            f"unknown task 'glue/nope'; did you mean glue/rte? choose from {TASKS}, "
+            "or add conf/task/glue/nope.yaml",
         ),
         (
             ["trainer.epochs=abc"],
