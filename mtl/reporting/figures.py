@@ -166,11 +166,17 @@ def dev_figure(rows: list[dict], evals: dict[str, list[str]], higher: dict[str, 
             on = right if right is not None and metric in lower else ax
             steps, values = series(rows, f"eval/{task}/{metric}")
             label = f"{metric} (lower is better{', right' if on is right else ''})"
-            lines += on.plot(steps, values, marker="o", ms=4, lw=1.2, color=f"C{i}",
+            lines += on.plot(steps, values, ms=4, lw=1.2, color=f"C{i}",
+                             marker="s" if metric in lower else "o",
+                             mfc="none" if metric in lower else None,
                              ls="--" if metric in lower else "-",
                              label=label if metric in lower else metric)  # fmt: skip
+        if right is not None:  # the main metrics over the right-hand axis, not under it
+            ax.set_zorder(right.get_zorder() + 1)
+            ax.patch.set_visible(False)
         ax.set_title(f"{task} (main: {metrics[0]})")
-        ax.legend(handles=lines, fontsize=8)
+        ax.legend(handles=lines, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15),
+                  ncol=min(len(lines), 3))  # fmt: skip
     return fig
 
 

@@ -9,6 +9,7 @@ changes b's loss), each over time (one line per pair), the task weights the bala
 from __future__ import annotations
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -43,7 +44,9 @@ def matrix(row: dict, prefix: str, tasks: list[str], symmetric: bool) -> np.ndar
     return values
 
 
-def draw_matrix(ax, values: np.ndarray, tasks: list[str], title: str, limit: float) -> None:
+def draw_matrix(
+    ax, values: np.ndarray, tasks: list[str], title: str, limit: float, unit: str
+) -> None:
     image = ax.imshow(values, cmap="coolwarm", vmin=-limit, vmax=limit)
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
@@ -51,19 +54,31 @@ def draw_matrix(ax, values: np.ndarray, tasks: list[str], title: str, limit: flo
         if not np.isnan(value):
             ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=8)
     ax.set_title(title)
-    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8, label=unit)
 
 
 def draw_lines(ax, rows: list[dict], prefix: str, title: str) -> None:
     keys = list(dict.fromkeys(k for row in rows for k in row if k.startswith(prefix)))
-    for key in keys:
+    for key, style in zip(keys, line_styles(len(keys)), strict=True):
         pairs = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot(*zip(*pairs, strict=True), marker="o", ms=3, lw=1, label=key.removeprefix(prefix))
+        ax.plot(*zip(*pairs, strict=True), ms=3, lw=1, label=key.removeprefix(prefix), **style)
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-    if keys:
-        ax.legend(fontsize=7)
+    if keys:  # beside the panel, not over its lines
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def line_styles(n: int) -> list[dict]:
+    """A distinct look for each of `n` lines: 20 colours that do not repeat (tab20's dark and
+    light pairs), then the same colours again with another marker and dash."""
+    colours = [colormaps["tab20"](i) for i in range(0, 20, 2)]
+    colours += [colormaps["tab20"](i) for i in range(1, 20, 2)]
+    looks = [("o", "-"), ("s", "--"), ("^", ":")]
+    return [
+        {"color": colours[i % 20], "marker": looks[i // 20 % 3][0], "ls": looks[i // 20 % 3][1]}
+        for i in range(n)
+    ]
 
 
 def interaction_figure(rows: list[dict]) -> Figure:
@@ -74,14 +89,15 @@ def interaction_figure(rows: list[dict]) -> Figure:
     axes = [fig.add_subplot(2, 3, i + 1) for i in range(6)]
     last = last_row_with(rows, "grad_cos/")
     step = last.get("step", "?")
-    draw_matrix(axes[0], matrix(last, "grad_cos/", tasks, True), tasks,
-                f"gradient cosine (step {step})", 1.0)  # fmt: skip
+    cosine = matrix(last, "grad_cos/", tasks, True)
+    draw_matrix(axes[0], cosine, tasks, f"gradient cosine (step {step})", 1.0,
+                "cosine (< 0: the gradients conflict)")  # fmt: skip
     affinity = matrix(last_row_with(rows, "affinity/"), "affinity/", tasks, False)
     limit = float(np.nanmax(np.abs(affinity))) if np.isfinite(affinity).any() else 1.0
     draw_matrix(axes[1], affinity, tasks, f"affinity: row's step on column (step {step})",
-                limit or 1.0)  # fmt: skip
+                limit or 1.0, "relative loss change: 1 - L_col after / L_col before")  # fmt: skip
     draw_lines(axes[2], rows, "task_weight/", "task weights")
     draw_lines(axes[3], rows, "grad_cos/", "gradient cosine over time")
-    draw_lines(axes[4], rows, "affinity/", "affinity over time")
+    draw_lines(axes[4], rows, "affinity/", "affinity over time (1 - L after / L before)")
     draw_lines(axes[5], rows, "grad_norm/", "gradient norm on the encoder")
     return fig
