@@ -5,7 +5,7 @@ tasks and MiniLM; `--quick`: three synthetic tasks, the tiny model, sum/uncertai
 every task in every step. Each row is one optimizer step of the whole model as the training
 loop takes it with that balancer: forward, then either the weighted loss backpropagated once
 (`sum`, `uncertainty`, `dwa`) or one gradient per task on the shared encoder
-(`mtl.training.gradients.TaskGradients`: a backward pass through the encoder per task)
+(`mtl.balancers.gradients.TaskGradients`: a backward pass through the encoder per task)
 aggregated by torchjd, then AdamW. Rows run interleaved on
 their own copy of the same weights (`harness.best_of`, best of `--rounds`); peak memory is each
 row's own child process: its peak RSS during its steps over its RSS before them (MiB; Linux's
@@ -61,7 +61,7 @@ def stepper(name: str, overrides: list[str], model, tasks):
     """A function that trains `model` one optimizer step on a batch with balancer `name`."""
     from hydra.utils import instantiate
 
-    from mtl.training.gradients import TaskGradients
+    from mtl.balancers.gradients import TaskGradients
 
     cfg = compose(["logger=none", f"balancer={name}", *overrides])
     balancer = instantiate(cfg.balancer, list(tasks))

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from mtl.balancers.gradients import TaskGradients, average_grads
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.training.build import build_model
@@ -46,7 +47,6 @@ from mtl.training.checkpoint import full_model, load_best, save_best, save_check
 from mtl.training.diagnostics import Diagnostics
 from mtl.training.distributed import make_accelerator
 from mtl.training.evaluate import evaluate, to_device
-from mtl.training.gradients import TaskGradients, average_grads
 from mtl.training.runlock import RunFolder
 from mtl.training.setup import Run, build_run, quiet_libraries
 from mtl.training.signals import StopSignal

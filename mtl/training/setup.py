@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import get_linear_schedule_with_warmup
 from transformers.utils import logging as hf_logging
 
+from mtl.balancers.gradients import notice_one_task_steps
 from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
@@ -30,7 +31,6 @@ from mtl.training.build import (
 )
 from mtl.training.checkpoint import carry_best, resolve_checkpoint
 from mtl.training.distributed import Tracer, check_same_run
-from mtl.training.gradients import notice_one_task_steps
 from mtl.training.hooks import Hooks, ProgressBar
 from mtl.training.resume import (
     check_compatible,
