@@ -3,9 +3,9 @@
 The batches: the first `--steps` steps of `python train.py loader=mixup` (the default three
 tasks and MiniLM; `--quick`: three synthetic tasks, the tiny model, sum/uncertainty/upgrad),
 every task in every step. Each row is one optimizer step of the whole model as the training
-loop takes it with that balancer: forward, then either the weighted loss backpropagated once
-(`sum`, `uncertainty`, `dwa`) or one gradient per task on the shared encoder
-(`mtl.training.gradients.TaskGradients`: a backward pass through the encoder per task)
+loop takes it with that balancer (its `backward_path`): forward, then either the weighted loss
+backpropagated once (`sum`, `uncertainty`, `dwa`) or one gradient per task on the shared encoder
+(`mtl.balancers.gradients.TaskGradients`: a backward pass through the encoder per task)
 aggregated by torchjd, then AdamW. Rows run interleaved on
 their own copy of the same weights (`harness.best_of`, best of `--rounds`); peak memory is each
 row's own child process: its peak RSS during its steps over its RSS before them (MiB; Linux's
@@ -56,12 +56,14 @@ class OneProcess:
     def unwrap_model(model):
         return model
 
+    @staticmethod
+    def backward(loss):
+        loss.backward()
+
 
 def stepper(name: str, overrides: list[str], model, tasks):
     """A function that trains `model` one optimizer step on a batch with balancer `name`."""
     from hydra.utils import instantiate
-
-    from mtl.training.gradients import TaskGradients
 
     cfg = compose(["logger=none", f"balancer={name}", *overrides])
     balancer = instantiate(cfg.balancer, list(tasks))
@@ -69,15 +71,11 @@ def stepper(name: str, overrides: list[str], model, tasks):
     if list(balancer.parameters()):
         groups.append({"params": list(balancer.parameters())})
     optimizer = torch.optim.AdamW(groups, lr=1e-5)
-    gradients = TaskGradients(model, balancer, OneProcess()) if balancer.aggregates else None
+    update = balancer.backward_path(model, OneProcess())
 
     def step(batch) -> None:
-        out = model(batch)
-        if gradients is not None:
-            gradients.backward(out["task_losses"], 1)
-            gradients.step()
-        else:
-            balancer.loss(out["task_losses"]).backward()
+        update.backward(model(batch)["task_losses"], 1)
+        update.step()
         optimizer.step()
         optimizer.zero_grad()
         balancer.after_step()

@@ -37,7 +37,7 @@ def steps_in_this_process(overrides: list[str], steps: int, keep: bool) -> dict:
     rows = []
     for batch in data:
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        model(batch)["loss"].backward()
+        sum(model(batch)["task_losses"].values()).backward()
         optimizer.step()
         optimizer.zero_grad()
         after = resource.getrusage(resource.RUSAGE_SELF)

@@ -12,10 +12,11 @@ batches in the same order; peer: the bare loop.
   checkpoint falls inside the run; those at its end are not timed.
 - bare: the pieces built by mtl's registry with the same config and seed (`build_tasks`,
   `build_train_loaders`: the same DataLoader, sampler and collator; `build_model`), then per
-  step: batch to the device, `model(batch)["loss"].backward()`, clip to `trainer.max_grad_norm`,
-  `optimizer.step()`, `scheduler.step()`, `optimizer.zero_grad()`. AdamW (fused where torch has
-  it) over mtl's parameter groups, the same linear schedule and warmup. The task's DataLoader is
-  read pass after pass with `batch_sampler.set_epoch(pass)`, as mtl's loader reads one task.
+  step: batch to the device, the task losses summed and backpropagated (`balancer=sum`), clip
+  to `trainer.max_grad_norm`, `optimizer.step()`, `scheduler.step()`, `optimizer.zero_grad()`.
+  AdamW (fused where torch has it) over mtl's parameter groups, the same linear schedule and
+  warmup. The task's DataLoader is read pass after pass with `batch_sampler.set_epoch(pass)`,
+  as mtl's loader reads one task.
   Checked, not assumed: the example ids of every step are the same in both ("same batches"), and
   each window loss mtl logged equals the bare loop's mean loss over those steps ("same losses").
 
@@ -111,7 +112,7 @@ def run_bare(cfg, steps: int) -> tuple[LoopClock, list[float]]:
     clock, losses = LoopClock(), []
     for batch in clock.wrap(passes(loader), steps):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        loss = model(batch)["loss"]
+        loss = sum(model(batch)["task_losses"].values())  # balancer=sum, one task per batch
         loss.backward()
         if t.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)

@@ -20,8 +20,9 @@ class Aggregate(Balancer):
     PCGrad, CAGrad, IMTLG, AlignedMTL, NashMTL, DualProj, GradDrop, ...); `options` its
     constructor's arguments (a list becomes a tensor, e.g. `pref_vector`; NashMTL's `n_tasks`
     is the number of tasks unless given). The encoder's gradient becomes the aggregator's output
-    on the matrix with one row per task of the step; `weights()` are the weights the
-    aggregator's weighting gave the rows, where it has one (GradDrop has none).
+    on the matrix with one row per task of the step (each the gradient of the task's loss times
+    its loss weight); `weights()` are the weights the aggregator's weighting gave the rows,
+    where it has one (GradDrop has none).
     """
 
     aggregates = True
@@ -49,7 +50,7 @@ class Aggregate(Balancer):
             ) from None
         except (TypeError, ValueError) as err:
             raise MtlError(f"aggregator={aggregator}: bad options {kwargs}: {err}") from None
-        self.last_weights = {}
+        self.last_weights: dict[str, float] = {}
 
     def aggregate(self, matrix: torch.Tensor, tasks: Sequence[str]) -> torch.Tensor:
         weighting = getattr(self.aggregator, "weighting", None)
@@ -59,6 +60,9 @@ class Aggregate(Balancer):
         weights = weighting(matrix)
         self.last_weights = dict(zip(tasks, weights.tolist(), strict=True))
         return weights @ matrix
+
+    def weights(self) -> dict[str, float]:
+        return dict(self.last_weights)
 
 
 def import_aggregator(path: str) -> type:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
+
+from mtl.balancers.gradients import LossBackward, TaskGradients
+
+Value = TypeVar("Value", torch.Tensor, float)
 
 
 class Balancer(nn.Module):
@@ -16,17 +21,30 @@ class Balancer(nn.Module):
     `loss_weights`, `{task: model.loss_weights weight}` (1.0 unless set); `regression`, the
     tasks whose head is a regression (their loss a squared error).
 
-    A loss weighting (`aggregates` false) turns each micro-step's task losses (each the mean
-    over that task's rows) into the one loss the loop backpropagates: `loss(task_losses)`.
-    A gradient aggregation (`aggregates` true) is asked once per optimizer step, when the step
-    holds several tasks, for `aggregate(matrix, tasks)`: one row per task, the gradient of that
-    task's weighted loss on the shared encoder's parameters (summed over the step's
-    micro-steps, averaged over processes); it returns the vector the encoder's gradient becomes.
-    Each head keeps its own task's gradient. A step with one task passes through unchanged.
+    The model returns each task's loss (the mean over that task's rows); the balancer alone
+    turns them into the update. `terms(task_losses)` gives each task's term (its loss unless a
+    weighting's formula says otherwise); `weighted(task_losses)` multiplies each term by its
+    task's loss weight, the one place `loss_weights` is applied (`weigh`).
 
-    `weights()` gives `{task: weight}` of the last step (logged as `task_weight/<task>`);
-    `after_step()` is called after every optimizer step. A balancer's parameters are trained by
-    the run's optimizer; its parameters and buffers are saved with each checkpoint.
+    A loss weighting (`aggregates` false) backpropagates `loss(task_losses)`, the sum of the
+    weighted terms, once per micro-step. A gradient aggregation (`aggregates` true) takes one
+    gradient per task of each weighted term on the shared encoder's parameters, and is asked
+    once per optimizer step, when the step holds several tasks, for `aggregate(matrix, tasks)`:
+    one row per task (summed over the step's micro-steps, averaged over the processes that held
+    the task); it returns the vector the encoder's gradient becomes. Each head keeps its own
+    task's gradient. A step with one task passes through unchanged.
+
+    The loop asks `backward_path(model, accelerator)` once per run for the object it calls:
+    `backward(task_losses, group)` each micro-step (it returns the loss backpropagated, detached,
+    before the division by the `group` micro-steps of the optimizer step; for an aggregation,
+    the sum of the weighted terms the per-task gradients were taken from: that is what hooks'
+    `on_micro_step` get) and `step()` before each optimizer step (`mtl.balancers.gradients`).
+    Under an aggregation every micro-step runs without DDP's gradient sync.
+
+    `weights()` gives `{task: weight}` of the last step (logged as `task_weight/<task>`): the
+    loss weight times `task_factors()`, unless overridden; `after_step()` is called after every
+    optimizer step. A balancer's parameters are trained by the run's optimizer; its parameters
+    and buffers are saved with each checkpoint.
     """
 
     aggregates: bool = False
@@ -35,19 +53,42 @@ class Balancer(nn.Module):
         super().__init__()
         self.tasks = list(tasks)
         self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in tasks}
-        self.last_weights: dict[str, float] = dict(self.loss_weights)
+
+    def weigh(self, values: Mapping[str, Value]) -> dict[str, Value]:
+        """Each task's value times its loss weight."""
+        return {name: self.loss_weights[name] * value for name, value in values.items()}
+
+    def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each task's term of the micro-step, before its loss weight: its loss (weightings with
+        a formula of their own override this)."""
+        return dict(task_losses)
+
+    def weighted(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each task's term times its loss weight."""
+        return self.weigh(self.terms(task_losses))
 
     def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The loss to backpropagate for one micro-step's task losses (loss weightings)."""
-        raise NotImplementedError(f"{type(self).__name__} aggregates gradients; it has no loss")
+        """The loss to backpropagate for one micro-step's task losses (loss weightings): the sum
+        of the weighted terms, in the order of `task_losses`."""
+        return sum(self.weighted(task_losses).values())  # type: ignore[return-value]
 
     def aggregate(self, matrix: torch.Tensor, tasks: Sequence[str]) -> torch.Tensor:
         """The update of the shared parameters from per-task gradients `matrix` [tasks, P]."""
         raise NotImplementedError(f"{type(self).__name__} weighs losses; it aggregates nothing")
 
+    def backward_path(self, model: nn.Module, accelerator) -> LossBackward | TaskGradients:
+        """What the loop calls each micro-step (`backward`) and optimizer step (`step`)."""
+        if self.aggregates:
+            return TaskGradients(model, self, accelerator)
+        return LossBackward(self, accelerator)
+
+    def task_factors(self) -> dict[str, float]:
+        """`{task: factor}` the last step gave each task's loss, before its loss weight."""
+        return dict.fromkeys(self.tasks, 1.0)
+
     def weights(self) -> dict[str, float]:
         """`{task: weight}` the last step gave each task."""
-        return dict(self.last_weights)
+        return self.weigh(self.task_factors())
 
     def after_step(self) -> None:
         """Called after every optimizer step (a balancer with a schedule of its own uses it)."""

@@ -1,4 +1,5 @@
-"""Loss weightings: the step's task losses, weighted, summed into the one loss backpropagated."""
+"""Loss weightings: each task's term of the step (`terms`), times its loss weight (`Balancer`),
+summed into the one loss backpropagated."""
 
 from __future__ import annotations
 
@@ -14,19 +15,17 @@ from mtl.errors import MtlError
 
 class Sum(Balancer):
     """The sum of the task losses, each times its `model.loss_weights` weight (1.0 unless set):
-    the same arithmetic, in the same order, as `MultiTaskModel`'s own loss (the default)."""
-
-    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return sum(self.loss_weights[name] * value for name, value in task_losses.items())
+    `Balancer`'s own terms and loss (the default)."""
 
 
 class Uncertainty(Balancer):
     """Homoscedastic uncertainty weighting (Kendall, Gal and Cipolla, CVPR 2018).
 
     Each task has a learned log-variance `s` (`log_variance`, starting at `init_log_variance`),
-    trained with the model. A task's term is `w * (c * exp(-s) * L + s / 2)`, with `w` its loss
-    weight, `c` 1/2 for a regression task (the Gaussian likelihood: L / 2σ² + log σ) and 1 for
-    the others (the classification form: L / σ² + log σ). `weights()` gives `w * c * exp(-s)`.
+    trained with the model. A task's term is `c * exp(-s) * L + s / 2`, times its loss weight
+    `w` (the whole term: the weight survives the learned variance), with `c` 1/2 for a
+    regression task (the Gaussian likelihood: L / 2σ² + log σ) and 1 for the others (the
+    classification form: L / σ² + log σ). `weights()` gives `w * c * exp(-s)`.
     """
 
     def __init__(
@@ -42,21 +41,17 @@ class Uncertainty(Balancer):
         scale = [0.5 if name in set(regression) else 1.0 for name in self.tasks]
         self.register_buffer("scale", torch.tensor(scale))
 
-    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        total = 0
+    def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        terms = {}
         for name, value in task_losses.items():
             i = self.index[name]
             s = self.log_variance[i]
-            total = total + self.loss_weights[name] * (
-                self.scale[i] * torch.exp(-s) * value + 0.5 * s
-            )
-        return total
+            terms[name] = self.scale[i] * torch.exp(-s) * value + 0.5 * s
+        return terms
 
-    def weights(self) -> dict[str, float]:
+    def task_factors(self) -> dict[str, float]:
         factors = (self.scale * torch.exp(-self.log_variance.detach())).tolist()
-        return {
-            name: self.loss_weights[name] * f for name, f in zip(self.tasks, factors, strict=True)
-        }
+        return dict(zip(self.tasks, factors, strict=True))
 
 
 class DWA(Balancer):
@@ -91,14 +86,16 @@ class DWA(Balancer):
         self.register_buffer("before", torch.full((n,), float("nan"), dtype=torch.float64))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
 
-    def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        total = 0
+    def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        terms = {}
         for name, value in task_losses.items():
             i = self.index[name]
             self.sums[i] += value.detach().double()
             self.counts[i] += 1
-            total = total + self.loss_weights[name] * self.factors[i] * value
-        return total
+            # the loss weight multiplies this product (`Balancer.weigh`): w * (f * L) rounds
+            # as (w * f) * L did before only for a weight that is a power of two (1, 2, 0.5)
+            terms[name] = self.factors[i] * value
+        return terms
 
     def after_step(self) -> None:
         self.steps += 1
@@ -118,8 +115,5 @@ class DWA(Balancer):
             n = len(self.tasks)
             self.factors.copy_(n * torch.softmax(ratio / self.temperature, dim=0).float())
 
-    def weights(self) -> dict[str, float]:
-        return {
-            n: self.loss_weights[n] * f
-            for n, f in zip(self.tasks, self.factors.tolist(), strict=True)
-        }
+    def task_factors(self) -> dict[str, float]:
+        return dict(zip(self.tasks, self.factors.tolist(), strict=True))

@@ -25,7 +25,7 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     }
     if pooler is not None:
         init_poolers(heads, pooler.weight, pooler.bias)
-    model = MultiTaskModel(encoder, heads, loss_weights=m.loss_weights, pack=m.pack)
+    model = MultiTaskModel(encoder, heads, pack=m.pack)
     if m.init_from:
         init_from(model, m.init_from)
     return model

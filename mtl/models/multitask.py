@@ -16,8 +16,9 @@ class MultiTaskModel(nn.Module):
 
     A single-task batch carries `task` (a name) and `labels` (a tensor). A mixed batch (from
     `MixupLoader`) carries `task_ids` (row -> index into `tasks`) and `labels` as a dict
-    `{task: labels of its rows, in row order}`. The returned loss is the sum over the tasks in
-    the batch of `loss_weights[task] * mean loss of that task's rows`.
+    `{task: labels of its rows, in row order}`. It returns each task's loss (the mean loss of
+    that task's rows) and logits; how the task losses become one update (and the tasks'
+    `model.loss_weights`) is the balancer's (`mtl.balancers`).
 
     `pack=True`: a batch with much padding runs the encoder on its rows packed end to end
     (`mtl.models.packing`); the heads get the same hidden states either way.
@@ -31,7 +32,6 @@ class MultiTaskModel(nn.Module):
         self,
         encoder: nn.Module,
         heads: Mapping[str, nn.Module],
-        loss_weights: Mapping[str, float] | None = None,
         *,
         pack: bool = True,
         adapter: EncoderAdapter | None = None,
@@ -47,7 +47,6 @@ class MultiTaskModel(nn.Module):
         pad_token_id = getattr(config, "pad_token_id", None) or 0
         self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)
-        self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in heads}
 
     def encode(self, batch: Mapping) -> torch.Tensor:
         inputs = self.adapter.encoder_inputs(batch)
@@ -61,7 +60,8 @@ class MultiTaskModel(nn.Module):
         return {batch["task"]: self.heads[batch["task"]](hidden, batch["attention_mask"])}
 
     def forward(self, batch: Mapping) -> dict:
-        """Returns {"loss": scalar, "task_losses": {task: scalar}, "logits": {task: tensor}}."""
+        """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}}, tasks in the
+        batch's order."""
         hidden = self.encode(batch)
         mask = batch["attention_mask"]
         if "task" in batch:
@@ -77,5 +77,4 @@ class MultiTaskModel(nn.Module):
             head = self.heads[name]
             logits[name] = head(h, m)
             task_losses[name] = head.loss(logits[name], labels)
-        loss = sum(self.loss_weights[name] * value for name, value in task_losses.items())
-        return {"loss": loss, "task_losses": task_losses, "logits": logits}
+        return {"task_losses": task_losses, "logits": logits}

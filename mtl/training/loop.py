@@ -47,7 +47,6 @@ from mtl.training.checkpoints.runlock import RunFolder
 from mtl.training.checkpoints.signals import StopSignal
 from mtl.training.diagnostics import Diagnostics
 from mtl.training.evaluate import evaluate
-from mtl.training.gradients import TaskGradients, average_grads
 from mtl.training.launch.distributed import make_accelerator
 from mtl.training.setup.run import Run, build_run, quiet_libraries
 from mtl.training.state import Progress, RunResults, StopReason
@@ -83,9 +82,7 @@ class Training:
         self.state, self.hooks = progress.state, run.hooks
         self.signal: StopSignal | None = None
         self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
-        self.gradients = None  # each task's gradient, for a balancer that aggregates them
-        if run.balancer.aggregates:
-            self.gradients = TaskGradients(run.model, run.balancer, run.accelerator)
+        self.update = run.balancer.backward_path(run.model, run.accelerator)
         self.diagnostics = None
         if run.settings.trainer.diagnose_every != 0:
             self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
@@ -124,28 +121,24 @@ class Training:
 
     def micro_step(self, batch: dict, sync: bool, group: int) -> None:
         """Forward and backward of one batch; gradients are all-reduced only when `sync`. The
-        balancer weighs the task losses into the loss backpropagated, or (when it aggregates
-        gradients) each task's gradient is kept apart until the optimizer step."""
+        balancer turns the task losses into the update: the loss it backpropagates, or (when it
+        aggregates gradients) each task's gradient kept apart until the optimizer step."""
         run = self.run
         self.window.add_batch(batch)
         batch = to_device(batch, run.accelerator.device)
         # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
-        # earlier micro-batch of the step: tests/distributed checks grad_accum 2.
-        together = sync and self.gradients is None
+        # earlier micro-batch of the step: tests/distributed checks grad_accum 2. An aggregating
+        # balancer averages its per-task gradients itself, at the optimizer step.
+        together = sync and not run.balancer.aggregates
         with contextlib.nullcontext() if together else run.accelerator.no_sync(run.model):
             out = run.model(batch)
-            if self.gradients is not None:
-                self.gradients.backward(out["task_losses"], group)
-            else:
-                run.accelerator.backward(run.balancer.loss(out["task_losses"]) / group)
+            loss = self.update.backward(out["task_losses"], group)
         self.window.add_losses(out["task_losses"])
-        self.hooks.call("on_micro_step", run, self.progress, batch, out["loss"].detach())
+        self.hooks.call("on_micro_step", run, self.progress, batch, loss)
 
     def optimizer_step(self) -> None:
         run, max_norm = self.run, self.run.settings.trainer.max_grad_norm
-        if self.gradients is not None:
-            self.gradients.step()
-        average_grads(list(run.balancer.parameters()), run.accelerator.num_processes)
+        self.update.step()  # the balancer's gradients (`mtl.balancers.gradients`)
         if max_norm:
             run.accelerator.clip_grad_norm_(run.model.parameters(), max_norm)
         run.optimizer.step()

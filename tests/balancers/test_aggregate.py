@@ -10,8 +10,8 @@ from torch import nn
 from torchjd.aggregation import PCGrad, UPGrad
 
 from mtl.balancers import Aggregate
+from mtl.balancers.gradients import TaskGradients
 from mtl.errors import MtlError
-from mtl.training.gradients import TaskGradients
 
 TASKS = ["a", "b", "c"]
 

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from mtl.artifacts import config_dir
 from mtl.balancers import Balancer
+from mtl.balancers.gradients import one_task_steps
 from mtl.config import register_configs, validate
 from mtl.config.parts import BALANCER_GIVEN
-from mtl.training.gradients import one_task_steps
 
 CONF = config_dir()
 TASKS = ["synthetic_cls", "synthetic_tag"]

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from accelerate import Accelerator
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from mtl.batching import to_device
 from mtl.config import register_configs, validate
 from mtl.training.launch.distributed import make_accelerator
 from mtl.training.loop import Training
@@ -22,23 +21,35 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = ["debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]"]
 
 
-class TodaysLoop(Training):
-    """The micro-step as it was before balancers: the model's own loss, backpropagated."""
+class PlainBackward:
+    """The reference backward path, independent of mtl.balancers: the model's task losses, each
+    times its `model.loss_weights` weight, summed in the batch's task order and backpropagated
+    with a plain `loss.backward()`."""
 
-    def micro_step(self, batch: dict, sync: bool, group: int) -> None:
-        run = self.run
-        self.window.add_batch(batch)
-        batch = to_device(batch, run.accelerator.device)
-        with contextlib.nullcontext() if sync else run.accelerator.no_sync(run.model):
-            out = run.model(batch)
-            run.accelerator.backward(out["loss"] / group)
-        self.window.add_losses(out["task_losses"])
+    def __init__(self, loss_weights: dict[str, float]):
+        self.loss_weights = loss_weights
+
+    def backward(self, task_losses: dict[str, torch.Tensor], group: int) -> torch.Tensor:
+        loss = sum(self.loss_weights.get(name, 1.0) * value for name, value in task_losses.items())
+        (loss / group).backward()
+        return loss.detach()
+
+    def step(self) -> None:
+        pass
 
 
-def train(cfg, loop: type[Training] = Training):
+class PlainLoop(Training):
+    """The run's loop with the reference backward path in place of the balancer's."""
+
+    def __init__(self, run, progress):
+        super().__init__(run, progress)
+        self.update = PlainBackward(dict(run.settings.model.loss_weights))
+
+
+def train(cfg, loop: type[Training] = Training, hooks=()):
     settings = validate(cfg)
     accelerator = make_accelerator(settings.trainer, Path(cfg.output_dir), log_with_wandb=False)
-    return loop(*build_run(cfg, settings, accelerator)).train()
+    return loop(*build_run(cfg, settings, accelerator, hooks)).train()
 
 
 def weights_of(results) -> dict[str, torch.Tensor]:
@@ -67,13 +78,46 @@ def compose(*overrides: str, output_dir: Path):
         return hydra_compose("config", overrides=[*BASE, f"output_dir={output_dir}", *overrides])
 
 
-def test_sum_gives_bit_identical_parameters_to_todays_loop(summed, tmp_path):
+def test_sum_gives_bit_identical_parameters_to_a_plain_backward(summed, tmp_path):
+    """`balancer=sum` (a loss weight of 2 on one task: applied once) against the weighted task
+    losses backpropagated by hand."""
     new = summed["mixup"]
-    old_cfg = compose(*MIXUP, "trainer.diagnose_every=0", output_dir=tmp_path / "old")
-    old = weights_of(train(old_cfg, TodaysLoop))
-    assert new.keys() == old.keys()
+    plain_cfg = compose(*MIXUP, "trainer.diagnose_every=0", output_dir=tmp_path / "plain")
+    plain = weights_of(train(plain_cfg, PlainLoop))
+    assert new.keys() == plain.keys()
     for key in new:
-        assert torch.equal(new[key], old[key]), key
+        assert torch.equal(new[key], plain[key]), key
+
+
+class MicroLosses:
+    def __init__(self):
+        self.losses: list[torch.Tensor] = []
+
+    def on_micro_step(self, run, progress, batch, loss) -> None:
+        self.losses.append(loss)
+
+
+@pytest.mark.parametrize("balancer", ["uncertainty", "dwa"])
+def test_hooks_get_the_loss_that_was_backpropagated(tmp_path, monkeypatch, balancer):
+    """Under a weighting with a formula of its own, `on_micro_step` gets the loss given to
+    `accelerator.backward` (before: the model's weighted sum of the task losses)."""
+    backpropagated, backward = [], Accelerator.backward
+
+    def spy(self, loss, **kwargs):
+        backpropagated.append(loss.detach().clone())
+        return backward(self, loss, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "backward", spy)
+    hook = MicroLosses()
+    steps = ["trainer.epochs=2", "trainer.max_steps=3"]
+    if balancer == "dwa":  # windows of one step: its weights move from the third step on
+        steps.append("balancer.window=1")
+    cfg = compose(*MIXUP, f"balancer={balancer}", *steps, output_dir=tmp_path)
+    assert cfg.trainer.grad_accum == 1  # the loss backpropagated is the loss / 1
+    train(cfg, hooks=[hook])
+    assert len(hook.losses) == len(backpropagated) == 3
+    for got, expected in zip(hook.losses, backpropagated, strict=True):
+        assert torch.equal(got, expected)
 
 
 @pytest.mark.parametrize("loader", ["mixup", "round_robin"])

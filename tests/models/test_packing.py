@@ -163,7 +163,9 @@ def test_mixup_batches_of_every_task_type_give_the_same_losses_packed(make_cfg):
         packer, model.packed = model.packed, None
         without = model(batch)
         model.packed = packer
-        assert torch.allclose(with_packing["loss"], without["loss"], atol=1e-5)
+        assert with_packing["task_losses"].keys() == without["task_losses"].keys()
+        for name, loss in without["task_losses"].items():
+            assert torch.allclose(with_packing["task_losses"][name], loss, atol=1e-5)
         for name, logits in without["logits"].items():
             real = logits > torch.finfo(logits.dtype).min  # not QA padding or an empty choice
             if logits.ndim == 3:  # per token: only real tokens (padding has no label)

@@ -15,6 +15,7 @@ from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 from transformers.utils import logging as hf_logging
 
+from mtl.balancers.gradients import notice_one_task_steps
 from mtl.builders.instantiate import build
 from mtl.builders.loaders import build_composite_loader, build_train_loaders
 from mtl.builders.model import build_model
@@ -24,7 +25,6 @@ from mtl.config.checks import import_target
 from mtl.data import task_dataset
 from mtl.errors import MtlError
 from mtl.training.checkpoints.resume import describe, find_start, make_logger
-from mtl.training.gradients import notice_one_task_steps
 from mtl.training.hooks import Hooks, ProgressBar
 from mtl.training.launch.distributed import Tracer, check_same_run
 from mtl.training.setup.optim import build_optimizer

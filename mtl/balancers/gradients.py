@@ -1,36 +1,74 @@
-"""Per-task gradients of the shared encoder, kept for a balancer that aggregates them.
+"""The two backward paths a balancer gives the loop, and the per-task gradients of the second.
 
-A mixup micro-step (one encoder call, each task's loss on its rows of the shared hidden states)
-gives one gradient per task; so does an accumulation group whose micro-steps read different
-tasks (round_robin with `trainer.grad_accum` = the number of tasks). Each task's gradient is
-taken with `torch.autograd.grad` on the shared parameters and its own head (one backward pass
-per task through the encoder: what scales with the number of tasks), kept in a row of a
-[tasks, shared parameters] matrix, and handed to the balancer at the optimizer step.
+`LossBackward` (a loss weighting): the balancer's loss, backpropagated once per micro-step.
+`TaskGradients` (a gradient aggregation): a mixup micro-step (one encoder call, each task's loss
+on its rows of the shared hidden states) gives one gradient per task; so does an accumulation
+group whose micro-steps read different tasks (round_robin with `trainer.grad_accum` = the number
+of tasks). Each task's gradient is taken with `torch.autograd.grad` on the shared parameters and
+its own head (one backward pass per task through the encoder: what scales with the number of
+tasks), kept in a row of a [tasks, shared parameters] matrix, and handed to the balancer at the
+optimizer step.
+
+Written by hand rather than with torchjd's `mtl_backward` / `jac_to_grad`, which do the same for
+one call: `mtl_backward` takes the Jacobian through the encoder in one batched (vmap) pass, whose
+rows differ in the last bits from `torch.autograd.grad`'s task by task (the updates would
+change); with `parallel_chunk_size=1` it matches, but is then these same per-task passes, and
+needs the encoder's output, which the model does not return. What
+neither has: rows kept per task over the micro-steps of a group whose micro-steps hold different
+tasks (a `.jac` has one row per tensor of one call), rows averaged over the processes that held
+each task, a step with one task passing its row through without the aggregator, the
+aggregation being the balancer's `aggregate(matrix, tasks)` (a user's balancer need not be a
+torchjd `Aggregator`), and a parameter no task reached keeping `.grad=None`, as under a plain
+backward.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from mtl.balancers.base import Balancer
+
+
+class LossBackward:
+    """A loss weighting's backward path. `backward(task_losses, group)`: the balancer's
+    `loss(task_losses)` / `group` through `accelerator.backward` (loss scaling, DeepSpeed);
+    returns that loss, detached, before the division by `group`. `step()` (before the
+    optimizer step): the balancer's own parameters' gradients averaged over the processes."""
+
+    def __init__(self, balancer: Balancer, accelerator):
+        self.balancer, self.accelerator = balancer, accelerator
+
+    def backward(self, task_losses: Mapping[str, torch.Tensor], group: int) -> torch.Tensor:
+        loss = self.balancer.loss(task_losses)
+        self.accelerator.backward(loss / group)
+        return loss.detach()
+
+    def step(self) -> None:
+        average_grads(list(self.balancer.parameters()), self.accelerator.num_processes)
 
 
 class TaskGradients:
     """The shared parameters' gradient of each task over one accumulation group.
 
     `backward(task_losses, group)`: for every task of the micro-step, the gradient of its
-    weighted loss / `group` on the shared parameters (all outside `heads.`) is added to that
-    task's row; its head's gradient is added to the head's `.grad`, as a plain backward would.
-    `step()` (before the optimizer step): with several processes, rows and heads' gradients are
-    averaged over the processes that held the task (one all-reduce, which every process joins,
-    with or without rows of a task); then the rows of the tasks the group held go to
-    `balancer.aggregate` (one task: its row passes through) and the result becomes the shared
-    parameters' `.grad`. Parameters no task reached keep no gradient, as under a plain backward.
+    weighted term (`balancer.weighted`) / `group` on the shared parameters (all outside
+    `heads.`) is added to that task's row; its head's gradient is added to the head's `.grad`,
+    as a plain backward would. It returns the sum of the weighted terms, detached: the loss
+    whose per-task gradients were taken. `step()` (before the optimizer step): with several
+    processes, rows and heads' gradients are averaged over the processes that held the task (one
+    all-reduce, which every process joins, with or without rows of a task); then the rows of the
+    tasks the group held go to `balancer.aggregate` (one task: its row passes through) and the
+    result becomes the shared parameters' `.grad`. Parameters no task reached keep no gradient,
+    as under a plain backward. The balancer's own parameters are averaged as `LossBackward`'s.
     """
 
-    def __init__(self, model, balancer, accelerator):
+    def __init__(self, model, balancer: Balancer, accelerator):
         net = accelerator.unwrap_model(model)
         named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
         self.balancer, self.tasks = balancer, list(balancer.tasks)
@@ -43,13 +81,16 @@ class TaskGradients:
         self.reached = torch.zeros(len(self.shared), device=device)
         self.world = accelerator.num_processes
 
-    def backward(self, task_losses: Mapping[str, torch.Tensor], group: int) -> None:
-        names = list(task_losses)
+    def backward(self, task_losses: Mapping[str, torch.Tensor], group: int) -> torch.Tensor:
+        weighted = self.balancer.weighted(task_losses)
+        names = list(weighted)
         for k, name in enumerate(names):
             i, head = self.tasks.index(name), self.heads[name]
-            loss = self.balancer.loss_weights[name] * task_losses[name] / group
             grads = torch.autograd.grad(
-                loss, [*self.shared, *head], retain_graph=k + 1 < len(names), allow_unused=True
+                weighted[name] / group,
+                [*self.shared, *head],
+                retain_graph=k + 1 < len(names),
+                allow_unused=True,
             )
             shared = grads[: len(self.shared)]
             for j, (view, grad) in enumerate(
@@ -62,6 +103,7 @@ class TaskGradients:
                 if grad is not None:
                     param.grad = grad if param.grad is None else param.grad + grad
             self.held[i] = 1
+        return sum(value.detach() for value in weighted.values())
 
     def step(self) -> None:
         if self.world > 1:
@@ -80,6 +122,7 @@ class TaskGradients:
         self.rows.zero_()
         self.held.zero_()
         self.reached.zero_()
+        average_grads(list(self.balancer.parameters()), self.world)
 
     def average_over_processes(self) -> None:
         """Rows and heads' gradients averaged over the processes that held each task."""
