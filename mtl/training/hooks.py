@@ -7,7 +7,8 @@ A hook is any object with some of these methods (each is optional):
   loader's, from where it resumes); the loop takes the returned iterator. It runs lazily, so a
   wrapper sees each request for a batch and when the epoch stops asking.
 - `on_micro_step(run, progress, batch, loss)`: after each batch's forward and backward (`batch`
-  on the device, `loss` its detached loss).
+  on the device, `loss` the loss the balancer backpropagated, detached: under a gradient
+  aggregation, the weighted sum of task losses its per-task gradients came from).
 - `on_step_end(run, progress)`: after each optimizer step (`progress.state.step` counts it).
 - `on_log(run, progress, figures)`: after each logged window, with its figures.
 - `on_train_end(run, progress)`: when the run stops, before its final checkpoint.
