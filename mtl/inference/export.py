@@ -42,6 +42,7 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
 from mtl.inference.trust import check_task
+from mtl.quiet import quiet_libraries
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
 
@@ -127,12 +128,8 @@ def write_export(
     `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
     line on stderr saying why and what to use instead. Each such folder holds the encoder once
     more, so they are made only when asked for."""
-    from transformers.utils import logging as hf_logging
-
     was_training = model.training
     model.eval()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # "Writing model shards" once per folder
 
     def fill(tmp: Path) -> None:
         _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
@@ -148,11 +145,10 @@ def write_export(
             task_tokenizer.save_pretrained(tmp / name)
 
     try:
-        return write_folder(out_dir, fill, ours=is_export, **check)
+        with quiet_libraries():  # no "Writing model shards" bar once per folder
+            return write_folder(out_dir, fill, ours=is_export, **check)
     finally:
         model.train(was_training)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:

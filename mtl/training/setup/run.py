@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ from typing import Any
 
 from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
-from transformers.utils import logging as hf_logging
 
 from mtl.builders.instantiate import build
 from mtl.builders.loaders import build_composite_loader, build_train_loaders
@@ -23,6 +21,7 @@ from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
 from mtl.errors import MtlError
+from mtl.quiet import quiet_libraries as quiet_libraries  # the loop imports it from here
 from mtl.training.checkpoints.resume import describe, find_start, make_logger
 from mtl.training.gradients import notice_one_task_steps
 from mtl.training.hooks import Hooks, ProgressBar
@@ -56,11 +55,6 @@ class Run:
     total_steps: int
     description: dict
     hooks: Hooks
-
-
-def quiet_libraries() -> None:
-    hf_logging.set_verbosity_error()
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
 def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]:
