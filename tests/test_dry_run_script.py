@@ -40,7 +40,7 @@ def test_summary_counts_steps_and_passes():
 
 
 def test_options_and_epochs_reach_the_loader():
-    out = dry_run("random", "a=3", "b=5", "--option", "weighting=uniform", "--epochs", "2").stdout
+    out = dry_run("random", "a=3", "b=5", "loader.weighting=uniform", "epochs=2").stdout
     assert out.count("RandomLoader") == 2 and "epoch 0" in out and "epoch 1" in out
 
 
@@ -53,7 +53,7 @@ def test_unknown_loader_is_one_line():
     [
         (["mixup", "a=three"], "'three'"),
         (["mixup", "a"], "key=value"),
-        (["mixup", "a=3", "--option", "nope=1"], "nope"),
+        (["mixup", "a=3", "loader.nope=1"], "nope"),
     ],
 )
 def test_bad_sizes_and_options_are_one_line(args, named):
@@ -62,8 +62,8 @@ def test_bad_sizes_and_options_are_one_line(args, named):
 
 def test_mtl_workspace_console_script_prints_the_spec():
     result = subprocess.run(
-        [*console_script("mtl-workspace"), "--entity", "e", "--project", "p", "--tasks", "a,b",
-         "--dry-run"],
+        [*console_script("mtl-workspace"), "entity=e", "project=p", "tasks=[a,b]",
+         "dry_run=true"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -35,6 +35,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 from mtl.artifacts import config_dir
 from mtl.cli import job
 from mtl.cli.argv import continue_in_place
+from mtl.cli.script import one_line_errors
 from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, unknown_argument
 from mtl.errors import MtlError, did_you_mean, import_target
@@ -73,9 +74,10 @@ def _train(cfg: DictConfig) -> float | None:
     return result
 
 
+@one_line_errors
 def train() -> None:
     """`mtl-train [overrides]`: start the launch, then Hydra; a config that does not compose is
-    reported in one line (status 2)."""
+    reported in one line (status 2), as is the end of a multirun with a failed job."""
     global _in_job
     _in_job = False  # a call after one whose job failed (in-process use) composes afresh
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
@@ -89,11 +91,7 @@ def train() -> None:
     except (HydraException, OmegaConfBaseException) as err:
         if _in_job:
             raise
-        print(f"mtl: error: {composition_error(err)}", file=sys.stderr)
-        sys.exit(2)
-    except JobFailed as err:  # the end of a multirun with a failed job (see mtl.reporting.sweep)
-        print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        raise MtlError(composition_error(err)) from None
 
 
 class Preflight(Callback):
@@ -114,11 +112,8 @@ class Preflight(Callback):
         launch_barrier()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:
+        with one_line_errors:  # Hydra turns a callback's exceptions into warnings
             check_sweeper(config.hydra.sweeper)
-        except MtlError as err:  # Hydra turns a callback's exceptions into warnings
-            print(f"mtl: error: {err}", file=sys.stderr)
-            sys.exit(2)
 
 
 def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:

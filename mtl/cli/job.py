@@ -19,24 +19,19 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mtl.cli.host_memory import keep_freed_memory
+from mtl.cli.script import one_line_errors
 from mtl.config import validate
-from mtl.errors import MtlError, env_rank
 from mtl.inference.export import write_export
 from mtl.inference.predict import predict_unlabeled
 from mtl.training.loop import run
 from mtl.training.state import RunResults, StopReason
 
 
+@one_line_errors
 def main(cfg: DictConfig) -> float:
     """Train as `cfg` says and return the best value of `trainer.monitor`; exit with status 2
-    and one line on stderr for bad input."""
-    try:
-        return train(cfg).best_value
-    except MtlError as err:
-        # An error every rank raised alike is printed once, by rank 0.
-        if env_rank() == 0 or not err.all_ranks:
-            print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    and one line on stderr for bad input (an error every rank raised alike: once, by rank 0)."""
+    return train(cfg).best_value
 
 
 def train(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:

@@ -33,18 +33,17 @@ from __future__ import annotations
 import glob
 import inspect
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
 from datasets import Dataset, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
 from mtl.data.bundled import bundled_rows
 from mtl.errors import MtlError
+from mtl.quiet import quiet_libraries
 
 FORMATS = {  # extension -> (builder, its default options)
     ".csv": ("csv", {}),
@@ -84,7 +83,7 @@ def read_source(
             f"task {name!r}: source needs exactly one of the keys 'bundled', 'path', 'train' or "
             f"'hub', got {source}"
         )
-    with quiet_datasets():
+    with quiet_libraries():
         if forms[0] == "bundled":
             result = _read_bundled(name, source, seed)
         elif forms[0] == "hub":
@@ -314,18 +313,3 @@ def _first_line(err: Exception) -> str:
         err = err.__cause__  # says only "An error occurred while generating the dataset"
     text = str(err).strip()
     return f"{err.__class__.__name__}: {text.splitlines()[0]}" if text else err.__class__.__name__
-
-
-@contextmanager
-def quiet_datasets() -> Iterator[None]:
-    """No `datasets` progress bars or error logs while the builders run (errors are re-raised)."""
-    was_disabled = datasets.utils.are_progress_bars_disabled()
-    verbosity = datasets.logging.get_verbosity()
-    datasets.utils.disable_progress_bars()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
-    try:
-        yield
-    finally:
-        datasets.logging.set_verbosity(verbosity)
-        if not was_disabled:
-            datasets.utils.enable_progress_bars()

@@ -17,9 +17,10 @@ from datasets import ClassLabel, Dataset
 from datasets import Sequence as SequenceFeature
 from transformers import PreTrainedTokenizerBase
 
-from mtl.data.sources import quiet_datasets, read_source
+from mtl.data.sources import read_source
 from mtl.data.tokenizer import TokenizerRef
 from mtl.errors import MtlError
+from mtl.quiet import quiet_libraries
 from mtl.task_types import TaskType, task_type_class
 
 
@@ -76,7 +77,7 @@ def build_task_from_config(
     distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
     """
     task_type = task_type_class(config.type, name)(name, config)
-    with quiet_datasets():
+    with quiet_libraries():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         raw, inputs = _checked_splits(source.splits, task_type, max_examples)
         label_names = (

@@ -18,10 +18,8 @@ The export is written whole or not at all (`mtl.artifacts`): an existing `out` i
 when it is an earlier export (it holds `mtl_tasks.json`) or with `overwrite=true`; `.`, the run
 folder and the folders holding it are refused. Loading reads `mtl_tasks.json` as data: task
 types, heads and metrics that are not mtl's own need `trust_custom_code=true`
-(`mtl.inference.trust`).
-
-    mtl-export <run folder | checkpoint folder> [out] [overwrite=false] [standard=false]
-        [trust_custom_code=false]                      (default out: <run>/export)
+(`mtl.inference.trust`). The command `mtl-export <run> [out] [key=value ...]` is
+`mtl.cli.export`.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
 from mtl.inference.trust import check_task
+from mtl.quiet import quiet_libraries
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
 
@@ -134,12 +133,8 @@ def write_export(
     `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
     line on stderr saying why and what to use instead. Each such folder holds the encoder once
     more, so they are made only when asked for."""
-    from transformers.utils import logging as hf_logging
-
     was_training = model.training
     model.eval()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # "Writing model shards" once per folder
 
     def fill(tmp: Path) -> None:
         _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
@@ -155,11 +150,10 @@ def write_export(
             task_tokenizer.save_pretrained(tmp / name)
 
     try:
-        return write_folder(out_dir, fill, ours=is_export, **check)
+        with quiet_libraries():  # no "Writing model shards" bar once per folder
+            return write_folder(out_dir, fill, ours=is_export, **check)
     finally:
         model.train(was_training)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
@@ -209,57 +203,3 @@ def load_model(path: str | Path, *, trust_custom_code: bool = False) -> LoadedMo
         out = Path(tmp) / "export"
         export_model(p, out, trust_custom_code=trust_custom_code)
         return load_export(out, trust_custom_code=True)  # checked above; read into memory
-
-
-def quiet() -> None:
-    """No transformers progress bars or warnings on the command line (errors are one line)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
-USAGE = (
-    "usage: mtl-export <run folder | checkpoint folder> [out] [overwrite=false] "
-    "[standard=false] [trust_custom_code=false]"
-)
-FLAGS = ("overwrite", "standard", "trust_custom_code")
-
-
-def parse_args(args: list[str]) -> tuple[Path, Path | None, dict[str, bool]]:
-    """(source, out or None, flags) of the command line; a one-line MtlError for anything else."""
-    paths, flags = [], dict.fromkeys(FLAGS, False)
-    for arg in args:
-        key, eq, value = arg.partition("=")
-        if eq and key in FLAGS:
-            if value.lower() not in ("true", "false"):
-                raise MtlError(f"{key}={value} must be true or false")
-            flags[key] = value.lower() == "true"
-        elif eq and not Path(arg).exists() and "/" not in key:
-            raise MtlError(f"unknown option {arg!r}; {USAGE.removeprefix('usage: ')}")
-        else:
-            paths.append(arg)
-    if not 1 <= len(paths) <= 2 or "" in paths:
-        raise MtlError(f"give a run folder and an optional out folder; {USAGE[7:]}")
-    return Path(paths[0]), Path(paths[1]) if len(paths) > 1 else None, flags
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`mtl-export <run folder | checkpoint folder> [out] [key=value ...]`."""
-    quiet()
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr)
-        sys.exit(0 if args else 2)
-    try:
-        source, out, flags = parse_args(args)
-        out = out or run_folder(source) / "export"
-        export_model(source, out, **flags)
-    except MtlError as err:
-        print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    print(out)
-
-
-if __name__ == "__main__":
-    main()

@@ -18,6 +18,7 @@ from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel
+from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
 
 FORMAT = 1
@@ -87,22 +88,15 @@ def export_encoder(folder: Path):
     own): transformers' load report is kept quiet for that, and any other weight missing from
     the folder is a one-line error."""
     from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        encoder, info = AutoModel.from_pretrained(str(folder), output_loading_info=True)
+        with quiet_libraries():
+            encoder, info = AutoModel.from_pretrained(str(folder), output_loading_info=True)
     except (OSError, ValueError) as err:
         raise MtlError(
             f"model={folder}: its encoder cannot be read ({type(err).__name__}); export the run "
             "again"
         ) from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
     missing = [k for k in info.get("missing_keys", []) if not k.startswith("pooler.")]
     if missing or info.get("mismatched_keys"):
         raise MtlError(

@@ -1,4 +1,6 @@
-"""`mtl-predict`: a trained model's predictions for the rows of a file.
+"""A trained model's predictions for the rows of a file (`predict_file`, the command
+`mtl-predict`: `mtl.cli.predict`), for rows in memory (`predict_rows`, `predict_task`) and for
+a run's test splits without labels (`predict_unlabeled`).
 
     mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
         output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false]
@@ -16,7 +18,6 @@ Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,46 +27,10 @@ import numpy as np
 from mtl.artifacts import check_target, is_export
 from mtl.batching import to_device
 from mtl.errors import MtlError
-from mtl.inference.export import LoadedModel, TaskInfo, load_model, quiet, run_folder
+from mtl.inference.export import LoadedModel, TaskInfo, load_model, run_folder
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
 
-USAGE = (
-    "usage: mtl-predict model=<run or export folder> task=<name or [a,b]> "
-    "input=<file or -> output=<file or -> [batch_size=32] [overwrite=false] "
-    "[trust_custom_code=false]"
-)
-KEYS = {"model", "task", "input", "output", "batch_size", "overwrite", "trust_custom_code"}
-FLAGS = ("overwrite", "trust_custom_code")
 CHUNK = 1000  # source rows encoded at a time
-
-
-def parse_args(argv: list[str]) -> dict[str, Any]:
-    """`key=value` arguments -> options (one-line MtlError for anything else)."""
-    options: dict[str, Any] = {"batch_size": 32, "overwrite": False, "trust_custom_code": False}
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if not eq or key not in KEYS:
-            raise MtlError(f"unknown argument {arg!r}; {USAGE.removeprefix('usage: ')}")
-        options[key] = value
-    for key in ("model", "task", "input", "output"):
-        if key not in options or options[key] == "":
-            raise MtlError(f"{key}= is missing; {USAGE.removeprefix('usage: ')}")
-    try:
-        options["batch_size"] = int(options["batch_size"])
-        assert options["batch_size"] >= 1
-    except (ValueError, AssertionError):
-        raise MtlError(f"batch_size={options['batch_size']} must be an integer >= 1") from None
-    for flag in FLAGS:
-        value = str(options[flag]).lower()
-        if value not in ("true", "false"):
-            raise MtlError(f"{flag}={options[flag]} must be true or false")
-        options[flag] = value == "true"
-    task = options["task"].strip()
-    names = task[1:-1].split(",") if task.startswith("[") and task.endswith("]") else [task]
-    options["task"] = [n.strip() for n in names if n.strip()]
-    if not options["task"]:
-        raise MtlError("task= names no task; give task=<name> or task=[a,b]")
-    return options
 
 
 # -- prediction -----------------------------------------------------------------------------------
@@ -214,20 +179,31 @@ def predict_unlabeled(model, tokenizer, tasks: dict, run_dir: str | Path) -> lis
     return written
 
 
-def run(options: dict[str, Any]) -> None:
+def predict_file(
+    model: str | Path,
+    tasks: list[str],
+    input_path: str,
+    output_path: str,
+    *,
+    batch_size: int = 32,
+    overwrite: bool = False,
+    trust_custom_code: bool = False,
+) -> None:
+    """What `mtl-predict` does (`mtl.cli.predict`): the rows of `input_path` (`-`: stdin) with
+    the predictions of `tasks` written to `output_path` (`-`: stdout), whole or not at all."""
     import torch
 
-    out_path = options["output"]
-    model = Path(options["model"]).expanduser()
+    out_path = output_path
+    model = Path(model).expanduser()
     if not model.is_dir():
         raise MtlError(f"model={model}: no such folder; give an mtl run folder or export folder")
     if not is_export(model):
         run_folder(model)  # a one-line error for a folder that is neither
-    check = {"overwrite": options["overwrite"], "protect": [model]}
+    check = {"overwrite": overwrite, "protect": [model]}
     if out_path != "-":
         check_target(out_path, **check)
         real = Path(out_path).resolve()
-        if options["input"] != "-" and real == Path(options["input"]).resolve():
+        if input_path != "-" and real == Path(input_path).resolve():
             raise MtlError(f"output={out_path} is the input file; give another output path")
         inside = [p for p in real.parents if is_export(p) or p.name == "checkpoints"]
         if inside:
@@ -235,11 +211,11 @@ def run(options: dict[str, Any]) -> None:
                 f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
             )
     out_kind = output_kind(out_path)
-    rows, from_csv = read_rows(options["input"])
+    rows, from_csv = read_rows(input_path)
     if not rows:
-        raise MtlError(f"input={options['input']} has no rows; give at least one row to predict")
-    loaded = load_model(model, trust_custom_code=options["trust_custom_code"])
-    for name in options["task"]:
+        raise MtlError(f"input={input_path} has no rows; give at least one row to predict")
+    loaded = load_model(model, trust_custom_code=trust_custom_code)
+    for name in tasks:
         if name not in loaded.tasks:
             raise MtlError(
                 f"task={name}: the model was not trained on it; choose from "
@@ -249,30 +225,11 @@ def run(options: dict[str, Any]) -> None:
     loaded.model.to(device)
     out = predict_rows(
         loaded,
-        options["task"],
+        tasks,
         rows,
-        batch_size=options["batch_size"],
+        batch_size=batch_size,
         device=device,
         from_csv=from_csv,
         progress=out_path != "-",
     )
     write_output(out_path, render(out, out_kind), **check)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr)
-        sys.exit(0 if args else 2)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        quiet()
-        run(parse_args(args))
-    except MtlError as err:
-        print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -18,8 +18,9 @@ from typing import Any
 import datasets
 
 from mtl.artifacts import write_file
-from mtl.data.sources import COMPRESSIONS, FORMATS, quiet_datasets
+from mtl.data.sources import COMPRESSIONS, FORMATS
 from mtl.errors import MtlError
+from mtl.quiet import quiet_libraries
 
 
 def file_kind(path: str) -> str:
@@ -90,7 +91,7 @@ def read_dataset(path: str) -> list[dict]:
         raise MtlError(f"input={path}: unknown file type; use {', '.join(FORMATS)}")
     builder, options = FORMATS[suffix]
     try:
-        with quiet_datasets():  # no progress bars, no error log before mtl's one line
+        with quiet_libraries():  # no progress bars, no error log before mtl's one line
             data = datasets.load_dataset(builder, data_files=[path], split="train", **options)
     except Exception as err:  # datasets raises many types for malformed files
         detail = str(err.__cause__ or err).strip().splitlines()

@@ -5,8 +5,9 @@ head and metrics. Loading a model reads them as data: a name that is not one of 
 refused with one line naming it and `trust_custom_code=true`, before anything it names is
 imported or called. mtl's own are the built-in task types (`mtl.task_types.builtin_types()`, by
 short name or import path), the heads defined in `mtl.models.heads` (also under the paths the
-types' modules give them, as exports of earlier versions name them), matched by their exact
-import path (never by a prefix), and the names of those types' `known_metrics`.
+types' modules give them, as exports of mtl 0.1.0 name two of them:
+`mtl.task_types.choice.MultipleChoiceHead`, `mtl.task_types.multilabel.MultiLabelHead`), matched
+by their exact import path (never by a prefix), and the names of those types' `known_metrics`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`mtl-report <run folder | sweep folder>`: PNG figures from `metrics.jsonl`, no W&B needed.
+"""PNG figures of a run or sweep folder from `metrics.jsonl`, no W&B needed (`report`; the
+command `mtl-report <run folder | sweep folder>` is `mtl.cli.report`).
 
 A run folder (it holds `metrics.jsonl`) gets four figures: `report_shares.png` (each task's
 share of the window and since the start against its target, one panel per task),
@@ -20,10 +21,8 @@ earlier report; their paths are printed one per line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import yaml
@@ -344,22 +343,3 @@ def report(folder: str | Path) -> list[Path]:
     for path, fig in zip(paths, figures.values(), strict=True):
         write_file(path, lambda f, fig=fig: fig.savefig(f, format="png", dpi=110), overwrite=True)
     return paths
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="mtl-report", description=__doc__.split("\n\n")[0].split(": ", 1)[1]
-    )
-    parser.add_argument("folder", help="a run folder (metrics.jsonl) or a sweep folder")
-    args = parser.parse_args(argv)
-    try:
-        paths = report(args.folder)
-    except MtlError as err:
-        print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    for path in paths:
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,10 @@
 """Build a W&B workspace for mtl runs: one section per concern, every panel on a logged key.
 
-    mtl-workspace --entity E --project P --run outputs/runs/<day>/<time>
-    mtl-workspace --entity E --project P --run outputs/multirun/<day>/<time>
-    mtl-workspace --entity E --project P --tasks a,b,c --dry-run
+    mtl-workspace entity=E project=P run=outputs/runs/<day>/<time>
+    mtl-workspace entity=E project=P run=outputs/multirun/<day>/<time>
+    mtl-workspace entity=E project=P tasks=[a,b,c] dry_run=true
+
+(the command: `mtl.cli.workspace`; the spec: `folder_spec`, saved by `save_workspace`)
 
 Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
@@ -12,23 +14,21 @@ and padding, task interaction and balancing (`grad_norm/<t>`, `grad_cos/<a>/<b>`
 monitored value against each parameter). Every line plot's x-axis
 is `step`, the optimizer step mtl logs with every figure.
 
-`--run` reads the task names, their metrics and the swept parameters from a run folder
-(`.hydra/config.yaml`, `metrics.jsonl`) or a sweep folder (its jobs' overrides); `--tasks` names
-the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `--monitor`, else
+`run=` reads the task names, their metrics and the swept parameters from a run folder
+(`.hydra/config.yaml`, `metrics.jsonl`) or a sweep folder (its jobs' overrides); `tasks=` names
+the tasks alone (dev panels then match `eval/<t>/.*`). The monitored value: `monitor=`, else
 the `monitor` of the run's `results.json`, else each task's main dev metric. Its best value is
 the run summary's `<key>.max` (`.min` for losses and for metrics that declare lower values
 better, asked of the run's task types; see `mtl.training.tracking.logger.summary_of`).
 
-`--dry-run` prints the spec as JSON and touches no network. Without it the spec is built with
+`dry_run=true` prints the spec as JSON and touches no network. Without it the spec is built with
 `wandb-workspaces` (`pip install 'mtl-train[dashboards]'`) and saved as a new view of the project
 (`wandb login` first); the view's URL is printed.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import yaml
@@ -252,48 +252,40 @@ def build_workspace(spec: dict):
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="mtl-workspace", description=__doc__.splitlines()[0])
-    parser.add_argument("--entity", required=True)
-    parser.add_argument("--project", required=True)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", type=Path, help="a run or sweep folder (reads .hydra/)")
-    source.add_argument("--tasks", help="task names, comma-separated")
-    parser.add_argument("--params", help="swept config keys, comma-separated (trainer.lr,...)")
-    parser.add_argument("--monitor", help="the key sweeps optimize, e.g. eval/<task>/<metric>")
-    parser.add_argument("--name", default="mtl", help="the workspace's name")
-    parser.add_argument("--dry-run", action="store_true", help="print the spec as JSON")
-    args = parser.parse_args(argv)
+def folder_spec(
+    entity: str,
+    project: str,
+    run: str | Path | None = None,
+    tasks: list[str] | None = None,
+    params: list[str] | None = None,
+    monitor: str | None = None,
+    name: str = "mtl",
+) -> dict:
+    """The spec of a workspace for the runs of `run` (a run or sweep folder: its tasks, metrics,
+    swept parameters and monitored key) or of the tasks named in `tasks` (one of the two)."""
+    if (run is None) == (tasks is None):
+        raise MtlError("give run=<run or sweep folder> or tasks=[a,b], one of the two")
+    if run is not None:
+        found = read_folder(Path(run))
+    else:
+        found = {"tasks": dict.fromkeys(tasks or []), "params": DEFAULT_PARAMS}
+    return workspace_spec(
+        entity,
+        project,
+        found["tasks"],
+        params or found["params"],
+        monitor or found.get("monitor"),
+        name,
+        found.get("higher"),
+    )
+
+
+def save_workspace(spec: dict) -> str:
+    """Save the spec as a new view of its W&B project (`wandb-workspaces`); its URL."""
     try:
-        if args.run is not None:
-            found = read_folder(args.run)
-        else:
-            found = {"tasks": dict.fromkeys(args.tasks.split(",")), "params": DEFAULT_PARAMS}
-        params = args.params.split(",") if args.params else found["params"]
-        monitor = args.monitor or found.get("monitor")
-        spec = workspace_spec(
-            args.entity,
-            args.project,
-            found["tasks"],
-            params,
-            monitor,
-            args.name,
-            found.get("higher"),
-        )
-        if args.dry_run:
-            print(json.dumps(spec, indent=2))
-            return
-        try:
-            workspace = build_workspace(spec)
-        except ImportError:
-            raise MtlError(
-                "saving a workspace needs wandb-workspaces: pip install 'mtl-train[dashboards]'"
-            ) from None
-        print(workspace.save().url)
-    except MtlError as err:
-        print(f"mtl: error: {err}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()
+        workspace = build_workspace(spec)
+    except ImportError:
+        raise MtlError(
+            "saving a workspace needs wandb-workspaces: pip install 'mtl-train[dashboards]'"
+        ) from None
+    return workspace.save().url

@@ -74,8 +74,8 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
 
 def task_config(values: Mapping[str, Any], task: str = "?") -> TaskConfig:
     """A task's config from plain values (an export's `mtl_tasks.json`) as its type's `Options`.
-    A key its type does not have is refused, unless it is null: exports of earlier versions list
-    every built-in type's keys."""
+    A key its type does not have is refused, unless it is null: exports of mtl 0.1.0 list every
+    built-in type's keys."""
     options = task_type_class(values.get("type"), task).Options
     names = {f.name for f in fields(options)}
     for key, value in values.items():

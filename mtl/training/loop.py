@@ -42,13 +42,14 @@ from mtl.batching import to_device
 from mtl.builders.model import build_model
 from mtl.config import validate
 from mtl.errors import MtlError
+from mtl.quiet import quiet_libraries
 from mtl.training.checkpoints.checkpoint import full_model, load_best, save_best, save_checkpoint
 from mtl.training.checkpoints.runlock import RunFolder
 from mtl.training.checkpoints.signals import StopSignal
 from mtl.training.diagnostics import Diagnostics
 from mtl.training.evaluate import evaluate
 from mtl.training.launch.distributed import make_accelerator
-from mtl.training.setup.run import Run, build_run, quiet_libraries
+from mtl.training.setup.run import Run, build_run
 from mtl.training.state import Progress, RunResults, StopReason
 from mtl.training.tracking.logger import print_summary
 from mtl.training.tracking.window import Window

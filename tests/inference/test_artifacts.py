@@ -19,11 +19,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import mtl
+from mtl.cli.export import main as export_main
+from mtl.cli.predict import main as predict_main
 from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
 from mtl.errors import MtlError
-from mtl.inference.export import main as export_main
-from mtl.inference.predict import main as predict_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,13 +139,13 @@ def test_an_export_killed_while_writing_leaves_the_earlier_one(run_dir, tmp_path
     script = textwrap.dedent(
         f"""
         import os, signal
-        import mtl.inference.export
+        import mtl.cli.export, mtl.inference.export
         written = mtl.inference.export._write_multitask
         def killed(*args):
             written(*args)
             os.kill(os.getpid(), signal.SIGKILL)
         mtl.inference.export._write_multitask = killed
-        mtl.inference.export.main([{str(run_dir)!r}, {str(out)!r}, "overwrite=true"])
+        mtl.cli.export.main([{str(run_dir)!r}, {str(out)!r}, "overwrite=true"])
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -133,7 +133,7 @@ def default_export(files, tmp_path_factory) -> tuple[Path, dict[str, int]]:
 @pytest.fixture(scope="module")
 def run_dir(default_export) -> Path:
     """That run, exported again with the per-task standard models, over its own export."""
-    from mtl.inference.export import main as export_main
+    from mtl.cli.export import main as export_main
 
     out, _ = default_export
     export_main([str(out), str(out / "export"), "standard=true"])

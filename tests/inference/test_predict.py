@@ -14,10 +14,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import mtl
+from mtl.cli.predict import main
 from mtl.config import register_configs, validate
 from mtl.data.bundled import bundled_rows
 from mtl.inference.export import export_model
-from mtl.inference.predict import main, predict_task
+from mtl.inference.predict import predict_task
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = [
@@ -236,7 +237,7 @@ def test_bad_inputs_are_one_line_and_write_nothing(export_dir, tmp_path, capsys)
 
 
 def test_export_cli_default_folder(run_dir, capsys):
-    from mtl.inference.export import main as export_main
+    from mtl.cli.export import main as export_main
 
     export_main([str(run_dir / "checkpoints" / "step_0000004")])
     assert Path(capsys.readouterr().out.strip()) == run_dir / "export"

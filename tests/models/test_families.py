@@ -31,13 +31,13 @@ from transformers import (
 
 import mtl
 from mtl.cli.job import train
+from mtl.cli.predict import main as predict_main
 from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
 from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.export import write_export
 from mtl.inference.export_hf import standard_model
-from mtl.inference.predict import main as predict_main
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.families import (
     DecoderAdapter,

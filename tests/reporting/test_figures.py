@@ -15,12 +15,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from matplotlib.colors import to_rgba
 
+from mtl.cli.report import main
 from mtl.config import register_configs
 from mtl.reporting import workspace
 from mtl.reporting.figures import (
     directions,
     job_figures,
-    main,
     read_rows,
     report,
     run_figures,
@@ -171,7 +171,7 @@ def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
         (folder / "notes").mkdir()
         (folder / "notes" / "a.txt").write_text("x")
     result = subprocess.run(
-        [sys.executable, "-m", "mtl.reporting.figures", str(folder)],
+        [sys.executable, "-m", "mtl.cli.report", str(folder)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -186,8 +186,8 @@ def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
 def workspace_script(*args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "mtl.reporting.workspace", "--entity", "e",
-         "--project", "p", "--dry-run", *args],
+        [sys.executable, "-m", "mtl.cli.workspace", "entity=e",
+         "project=p", "dry_run=true", *args],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -200,7 +200,7 @@ def load_script():
 
 def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
     script = load_script()
-    spec = workspace_script("--run", str(run_dir))
+    spec = workspace_script(f"run={run_dir}")
     keys = script.spec_keys(spec)
     assert not keys["regex"]
     logged = logged_keys(run_dir)
@@ -220,7 +220,7 @@ def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
 
 
 def test_workspace_from_task_names_matches_dev_metrics_by_pattern(run_dir):
-    spec = workspace_script("--tasks", ",".join(TASKS))
+    spec = workspace_script(f"tasks=[{','.join(TASKS)}]")
     keys = load_script().spec_keys(spec)
     logged = logged_keys(run_dir)
     assert keys["history"] <= logged

@@ -342,6 +342,23 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
         check_compatible(str(step), model, ours, "trainer.resume=x")
 
 
+def test_a_description_without_one_of_its_keys_is_one_line(trained, tmp_path):
+    """Every mtl that writes mtl_run.json writes all four keys: one without is damaged, and the
+    comparison is not skipped."""
+    import shutil
+
+    from mtl.errors import MtlError
+    from mtl.training.checkpoints.resume import check_compatible
+
+    step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
+    saved = json.loads((step / "mtl_run.json").read_text())
+    del saved["balancer"]
+    (step / "mtl_run.json").write_text(json.dumps(saved))
+    with pytest.raises(MtlError, match=r"cannot be loaded \(KeyError: 'balancer'\)") as err:
+        check_compatible(str(step), None, {}, "trainer.resume=x")
+    assert "\n" not in str(err.value)
+
+
 def lock_of(run_dir: Path, **holder) -> Path:
     import socket
 

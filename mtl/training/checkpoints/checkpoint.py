@@ -129,8 +129,8 @@ def _put_in_place(tmp: Path, final: Path) -> None:
 
 def _prune(root: Path, keep_last: int | None, just_saved: Path) -> None:
     """Delete folders left by killed saves; with `keep_last`, the complete checkpoints beyond
-    the `keep_last` highest steps. Incomplete `step_*` folders (no marker: copied by hand, or
-    saved by an older mtl) are left alone."""
+    the `keep_last` highest steps. Incomplete `step_*` folders (no marker: copied by hand) are
+    left alone."""
     for path in root.iterdir():
         if path.is_dir() and path.name.startswith((TMP_PREFIX, OLD_PREFIX)):
             if STEP_NAME.match(path.name):

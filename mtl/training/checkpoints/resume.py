@@ -31,6 +31,7 @@ from mtl.training.tracking.logger import RunLogger, run_group, run_name
 from mtl.training.tracking.wandb_file import read_history
 
 RUN_ID_FILE = "wandb_run_id"
+DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
 METRICS = "metrics.jsonl"
 
 
@@ -122,13 +123,12 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
         "resume with the config it was trained with, or start from its weights with a fresh "
         f"optimizer: model.init_from={run_of} instead of {option}"
     )
-    theirs = _saved_description(folder)
-    ours = description
-    for key in ("tasks", "model", "tokenizer", "balancer"):
-        if theirs and key in theirs and theirs[key] != ours[key]:
+    theirs = _saved_description(folder, option)
+    for key in DESCRIBED if theirs is not None else ():
+        if theirs[key] != description[key]:
             raise MtlError(
                 f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
-                f"has {_show(ours[key])}; {fix}",
+                f"has {_show(description[key])}; {fix}",
                 all_ranks=True,
             )
     shapes = _saved_shapes(folder, option)
@@ -155,11 +155,17 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
                 )
 
 
-def _saved_description(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / DESCRIPTION).read_text())
-    except (OSError, ValueError):
+def _saved_description(folder: Path, option: str) -> dict | None:
+    """The checkpoint's `describe` (`mtl_run.json`); None when it has none (mtl 0.1.0 wrote
+    none: the weights' shapes are still compared)."""
+    path = folder / DESCRIPTION
+    if not path.is_file():
         return None
+    try:
+        saved = json.loads(path.read_text())
+        return {key: saved[key] for key in DESCRIBED}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise unreadable(folder, option, err) from None
 
 
 def _saved_shapes(folder: Path, option: str) -> dict[str, tuple] | None:

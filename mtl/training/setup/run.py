@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ from typing import Any
 
 from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
-from transformers.utils import logging as hf_logging
 
 from mtl.balancers.gradients import notice_one_task_steps
 from mtl.builders.instantiate import build
@@ -56,11 +54,6 @@ class Run:
     total_steps: int
     description: dict
     hooks: Hooks
-
-
-def quiet_libraries() -> None:
-    hf_logging.set_verbosity_error()
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
 def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]:

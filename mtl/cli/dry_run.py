@@ -1,0 +1,77 @@
+"""`mtl-dry-run <loader> <task>=<batches> ... [loader.<key>=<value> ...] [epochs=1]`: what each
+epoch of a composite loader does, from the task sizes alone (`mtl.loaders.dry_run`).
+
+A loader's options are written as in training, `loader.weighting=temperature`; any other
+`key=value` but `epochs=` is a task's size, so a task cannot be called `epochs`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from mtl.cli.script import Command, Option, Positional, count, one_line_errors
+from mtl.config.checks import check_arguments, parameters
+from mtl.errors import MtlError, did_you_mean
+from mtl.loaders.dry_run import dry_run, loader_class
+
+COMMAND = Command(
+    prog="mtl-dry-run",
+    summary="What each epoch of a composite loader does, from the task sizes alone (no data, "
+    "no model): its steps, and per task its batches, share of batches and passes over its data.",
+    positionals=(
+        Positional("loader", "one of mtl's loaders: sequential | round_robin | random | mixup"),
+    ),
+    arguments="a loader, then each task's size as <task>=<batches> (topic=49)",
+    free=(
+        (
+            "<task>=<batches> ...",
+            "each task's batches per pass (examples / batch size, rounded up)",
+        ),
+        (
+            "[loader.<key>=<value> ...]",
+            "an option of the loader, as in training "
+            "(loader.weighting=uniform); its values are read as YAML",
+        ),
+    ),
+    options=(Option("epochs", "1", "how many epochs to print", 1, count),),
+)
+
+
+def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, int], dict]:
+    """The task sizes and the loader options (values read as YAML) of the `key=value` pairs."""
+    sizes, options = {}, {}
+    for key, value in pairs.items():
+        if key.startswith("loader."):
+            options[key.removeprefix("loader.")] = yaml.safe_load(value)
+        elif "." in key:
+            known = ["epochs", *(f"loader.{name}" for name in parameters(loader)[0])]
+            raise MtlError(
+                f"unknown option {key}={value!r}; {did_you_mean(key, known)}a loader's options "
+                "are loader.<key>=<value>"
+            )
+        elif not value.isdigit():
+            raise MtlError(f"task {key!r}: size {value!r}; give its number of batches (an int)")
+        else:
+            sizes[key] = int(value)
+    if not sizes:
+        raise MtlError(f"give each task's size as <task>=<batches>; usage: {COMMAND.usage()}")
+    check_arguments(options, loader, "loader")
+    return sizes, options
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    args: dict[str, Any] = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    sizes, options = sizes_and_options(args["free"], loader_class(args["loader"]))
+    for epoch in range(args["epochs"]):
+        try:
+            print(dry_run(args["loader"], sizes, epoch=epoch, **options))
+        except TypeError as err:  # a value of the wrong type for the loader's constructor
+            fix = "check the loader.<key> values"
+            raise MtlError(f"loader {args['loader']!r}: {err}; {fix}") from None
+
+
+if __name__ == "__main__":
+    main()

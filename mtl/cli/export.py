@@ -1,0 +1,43 @@
+"""`mtl-export <run folder | checkpoint folder> [out] [key=value ...]`: a run's export folder
+(`mtl.inference.export`); the default `out` is `<run>/export`. Prints the folder written."""
+
+from __future__ import annotations
+
+import sys
+
+from mtl.cli.script import Command, Option, Positional, flag, one_line_errors
+from mtl.inference.export import export_model, run_folder
+from mtl.quiet import quiet_libraries
+
+COMMAND = Command(
+    prog="mtl-export",
+    summary="Export a trained run (its best model, else its latest complete checkpoint) or a "
+    "checkpoint as a self-contained model folder for mtl.load_model and mtl-predict.",
+    positionals=(
+        Positional("run", "a run folder, or one of its checkpoint folders"),
+        Positional("out", "the export folder to write (default: <run>/export)", required=False),
+    ),
+    arguments="a run folder and an optional out folder",
+    options=(
+        Option("overwrite", "false", "replace an existing out that is not an earlier export",
+               False, flag),
+        Option("standard", "false", "also write <out>/<task>/, a transformers model per task",
+               False, flag),
+        Option("trust_custom_code", "false", "allow task types, heads and metrics that are not "
+               "mtl's own (their code is imported and run)", False, flag),
+    ),
+)  # fmt: skip
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    args = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    quiet_libraries()
+    out = args["out"] or run_folder(args["run"]) / "export"
+    flags = {key: args[key] for key in ("overwrite", "standard", "trust_custom_code")}
+    export_model(args["run"], out, **flags)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
