@@ -68,5 +68,6 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     if not adapter_class(None, model_type).token_type_ids:
         tokenizer.model_input_names = ["input_ids", "attention_mask"]
+        tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # saved
     tokenizer.save_pretrained(folder)
     return folder

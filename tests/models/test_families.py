@@ -372,7 +372,7 @@ def test_every_family_packs_and_exports_every_task_type(model_type, tmp_path):
     texts = ["a short row", "a much longer row of text " * 6, "x", "y z", "one two", "three"]
     batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
     inputs = model.adapter.encoder_inputs(batch)
-    assert ("token_type_ids" in inputs) == model.adapter.token_type_ids
+    assert ("token_type_ids" in batch) == ("token_type_ids" in inputs) == model.adapter.token_type_ids
     packing = Packing(inputs["attention_mask"])
     with contextlib.redirect_stderr(io.StringIO()) as err:
         agrees = model.packed.check(model.encoder, inputs, packing)
