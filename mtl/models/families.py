@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import transformers
+from transformers.modeling_layers import GenericForTokenClassification
 from transformers.models.auto import modeling_auto
 
 from mtl.errors import MtlError, import_target
@@ -195,12 +197,14 @@ class ModernBertAdapter(EncoderAdapter):
 
 
 class DecoderAdapter(EncoderAdapter):
-    """Decoder LLMs (Qwen2, Llama, Mistral, ...): a sentence head scores the last non-pad token
-    (left or right padding) with no dense layer and an output layer without bias (`score`, as
-    `<Model>ForSequenceClassification`); no token type ids; packed rows get a causal mask."""
+    """Decoder LLMs (GPT-2, Qwen2, Llama, Mistral, ...): a sentence head scores the last non-pad
+    token (left or right padding) with no dense layer and an output layer without bias (`score`,
+    as `<Model>ForSequenceClassification`); no token type ids; packed rows get a causal mask.
+    Token classification exports onto `score` (transformers' generic class, Llama's) or
+    `classifier` (a class of the model's own: GPT-2, GPT-NeoX, BLOOM, Falcon, ...)."""
 
     family = "decoder"
-    model_types = ("qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "phi3", "olmo2")
+    model_types = ("gpt2", "qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "phi3", "olmo2")
     token_type_ids = False
     causal = True
     pretrained_dense = None
@@ -208,6 +212,20 @@ class DecoderAdapter(EncoderAdapter):
 
     def head_shape(self) -> HeadShape:
         return HeadShape(position="last", activation=None, out_bias=False)
+
+    def export_targets(self, auto_class: str, out: str) -> ExportTargets:
+        targets = super().export_targets(auto_class, out)
+        if auto_class == TC and not _generic_token_classifier(self.config):
+            return ExportTargets("classifier", targets.dense, targets.norm)
+        return targets
+
+
+def _generic_token_classifier(config: Any) -> bool:
+    """Whether transformers' token classifier for `config`'s model type is its generic one
+    (`GenericForTokenClassification`, output layer `score`); true where none is known."""
+    names = modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+    found = getattr(transformers, names.get(getattr(config, "model_type", None), ""), None)
+    return not isinstance(found, type) or issubclass(found, GenericForTokenClassification)
 
 
 ADAPTERS: tuple[type[EncoderAdapter], ...] = (

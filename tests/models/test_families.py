@@ -65,9 +65,11 @@ FAMILIES = [
     "deberta-v2",
     "modernbert",
     "qwen2",
+    "gpt2",
 ]
 NOT_PACKED = {"deberta-v2"}  # its attention takes no 4-D mask: padded, with one warning line
-NO_CLASS = {"qwen2": {"synthetic_choice"}}  # transformers has no decoder multiple-choice class
+# transformers has no decoder multiple-choice class
+NO_CLASS = {"qwen2": {"synthetic_choice"}, "gpt2": {"synthetic_choice"}}
 AUTO = {
     "synthetic_cls": AutoModelForSequenceClassification,
     "synthetic_pair": AutoModelForSequenceClassification,
@@ -379,6 +381,9 @@ def test_every_family_packs_and_exports_every_task_type(model_type, tmp_path):
     assert (
         ("token_type_ids" in batch) == ("token_type_ids" in inputs) == model.adapter.token_type_ids
     )
+    if model_type == "gpt2":  # as GPT-2's own: no pad token; mtl pads with its end-of-text
+        assert AutoTokenizer.from_pretrained(folder).pad_token is None
+        assert encoder.config.pad_token_id is None and tokenizer.pad_token == "<|endoftext|>"
     packing = Packing(inputs["attention_mask"])
     with contextlib.redirect_stderr(io.StringIO()) as err:
         agrees = model.packed.check(model.encoder, inputs, packing)
@@ -394,7 +399,7 @@ def test_every_family_packs_and_exports_every_task_type(model_type, tmp_path):
     for name, task_type in types.items():
         hf, why_not = standard_model(model, name, task_type, TYPES[name][2], tokenizer)
         exported[name] = hf is not None or why_not
-    missing = {"choice"} if model_type == "qwen2" else set()
+    missing = {"choice"} if model_type in NO_CLASS else set()
     assert {n for n, done in exported.items() if done is not True} == missing, exported
 
 
