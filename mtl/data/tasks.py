@@ -79,6 +79,8 @@ def build_task_from_config(
     with quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         raw, inputs = _checked_splits(source.splits, task_type, max_examples)
+        capped = f" (its first {max_examples} rows: data.max_examples)" if max_examples else ""
+        task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
