@@ -79,8 +79,6 @@ def build_task_from_config(
     with quiet_datasets():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         raw, inputs = _checked_splits(source.splits, task_type, max_examples)
-        capped = f" (its first {max_examples} rows: data.max_examples)" if max_examples else ""
-        task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
@@ -91,6 +89,8 @@ def build_task_from_config(
             split: _encode(ds, task_type, tokenizer, label_names, split)
             for split, ds in raw.items()
         }
+        capped = f" (its first {max_examples} rows: data.max_examples)" if max_examples else ""
+        task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
 

@@ -110,7 +110,8 @@ class TaskType:
 
     def check_train_labels(self, train, where: str) -> None:
         """Refuse a train split (a `Dataset` of source rows) whose labels cannot teach this type
-        anything, in one line (`MtlError`); by default any labels are fine."""
+        anything, in one line (`MtlError`), once its rows are encoded (their own errors come
+        first); by default any labels are fine."""
 
     def encode(
         self, rows: dict[str, list], tokenizer, label_names: list[str] | None, where: str
