@@ -14,6 +14,11 @@ appeared meanwhile is not replaced) and `RENAME_EXCHANGE` to swap a new folder f
 one step; elsewhere plain renames do the same with a short window between two of them. A write
 killed half way leaves its hidden `.<name>.tmp-<host>-<pid>-*` folder; the next write of the same
 target on that host deletes it once that process is gone.
+
+What mtl writes (these outputs, checkpoints) gets the modes an ordinary write gets under the
+user's umask (`ordinary_modes`): files 0666 and folders 0777, less the umask. Temporary files,
+and libraries such as safetensors that write through one, would otherwise leave 0600 and 0700,
+which colleagues on a shared machine cannot read.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import shutil
 import socket
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -44,6 +50,36 @@ def config_dir() -> Path:
 # marker that says the folder is an export, and every head's weights.
 TASKS_FILE = "mtl_tasks.json"
 HEADS_FILE = "heads.safetensors"
+
+
+def damaged(path: str | Path, err: BaseException, fix: str) -> MtlError:
+    """The one line for a file that cannot be read as what it should be: its path, the reader's
+    own words (first line) and `fix`, what to do."""
+    text = str(err).strip()
+    detail = text.splitlines()[0][:160] if text else type(err).__name__
+    return MtlError(f"{path} is damaged (cut short or overwritten? {detail}); {fix}")
+
+
+def read_weights(path: str | Path, fix: str) -> dict:
+    """The tensors of a weights file (`.safetensors`, else a torch file saved with plain
+    tensors), or a one-line MtlError naming the file, what is wrong and `fix`."""
+    import pickle
+
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(path)
+        if not zipfile.is_zipfile(path):  # torch reads any other file as its legacy format
+            raise damaged(path, ValueError("not the zip archive torch saves"), fix)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise MtlError(f"{path} is missing; {fix}") from None
+    except (SafetensorError, RuntimeError, pickle.UnpicklingError, EOFError, OSError) as err:
+        raise damaged(path, err, fix) from None
 
 
 def is_export(path: str | Path) -> bool:
@@ -81,7 +117,14 @@ def check_target(
     `folder`: the output is a folder (a file there is refused even with `overwrite`).
     `what` names the argument in messages (`output=`, `out`)."""
     target = Path(path).expanduser()
-    real = target.resolve()
+    try:
+        real = target.resolve()
+        real.parent.is_dir()  # EACCES: a folder on the way cannot be entered
+    except OSError as err:
+        raise MtlError(
+            f"{what}={path}: cannot reach it ({os.strerror(err.errno or 0).lower()}); give a "
+            "path in a folder you can write"
+        ) from None
     if _holds(real, Path.cwd().resolve()):
         raise MtlError(
             f"{what}={path} is the current folder or holds it; give a new path, e.g. ./export"
@@ -93,6 +136,7 @@ def check_target(
             )
     if not real.parent.is_dir():
         raise MtlError(f"{what}={path}: no folder {target.parent}; create it first")
+    check_writable(real.parent, f"{what}={path}")
     if not (target.exists() or target.is_symlink()):
         return target
     if folder and not target.is_dir():
@@ -104,6 +148,47 @@ def check_target(
     raise MtlError(f"{what}={path} exists; give overwrite=true to replace it, or another path")
 
 
+def check_writable(folder: Path, what: str) -> None:
+    """A one-line MtlError when this process cannot create a file in `folder` (permissions, a
+    read-only file system), found before any work by creating an unnamed file there (Linux's
+    O_TMPFILE: nothing appears in the folder) or, elsewhere, a hidden one deleted at once."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        reason = os.strerror(err.errno) if err.errno else type(err).__name__
+        raise MtlError(
+            f"{what}: cannot write in {folder} ({reason.lower()}); give a folder you can write"
+        ) from None
+
+
+def umask() -> int:
+    """The process's umask (read from /proc on Linux; elsewhere set and restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def ordinary_modes(path: Path) -> None:
+    """Give `path` (a file, or a folder and everything in it) the modes an ordinary write gets
+    under the umask: files 0666, folders 0777, less the umask (executable bits kept)."""
+    mask = umask()
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if item.is_symlink():
+            continue
+        if item.is_dir():
+            item.chmod(0o777 & ~mask)
+        else:
+            executable = item.stat().st_mode & 0o111
+            item.chmod((0o666 | executable) & ~mask)
+
+
 def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -> Path:
     """Make folder `path` whole or not at all: `fill(tmp)` writes into a new hidden sibling,
     which then takes the place of `path` (an old folder there is deleted only after the swap).
@@ -113,6 +198,7 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_tmp_prefix(target, os.getpid())))
     try:
         fill(tmp)
+        ordinary_modes(tmp)
         _sync_tree(tmp)
         if target.exists():
             _swap(tmp, target)  # tmp now holds the old folder
@@ -140,6 +226,9 @@ def write_file(
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        ordinary_modes(tmp)
+        if target.is_file():  # as a write over it: the file keeps its mode
+            tmp.chmod(target.stat().st_mode & 0o7777)
         if target.exists() or target.is_symlink():
             os.replace(tmp, target)
         else:

@@ -23,6 +23,8 @@ FILES = {
     "data/header.csv": "text,label\n",
     "data/five_labels.csv": "\n".join(["text,label", *[f"row {i},{i % 5}" for i in range(80)]]),
     "data/unlabelled.csv": "\n".join(["text,id", *[f"row {i},{i}" for i in range(20)]]) + "\n",
+    "data/twice.csv": "\n".join(["text,label,label", *[f"{r},0" for r in ROWS]]) + "\n",
+    "data/one_class.csv": "\n".join(["text,label", *[f"row {i},pos" for i in range(80)]]) + "\n",
     "not_a_model/notes.txt": "a folder, not a model",
 }
 TASK = (
@@ -35,6 +37,8 @@ TASKS = {
     "header_only": "{path: data/header.csv}",
     "five_labels": "{path: data/five_labels.csv}",
     "with_test": "{train: data/ok.csv, test: data/unlabelled.csv}",
+    "twice": "{path: data/twice.csv}",
+    "one_class": "{path: data/one_class.csv}",
 }
 
 
@@ -135,6 +139,14 @@ CASES = [
     (["task=[empty_file]"], ["empty_file", "data/empty.csv"]),
     (["task=[header_only]"], ["header_only", "train split has 0 rows"]),
     (["task=[five_labels]"], ["five_labels", "label_names"]),
+    (["task=[twice]"], ["data/twice.csv: the header names column 'label' twice (columns 2 and 3)"]),
+    (
+        ["task=[one_class]", "task.one_class.label_names=null"],
+        [
+            "task 'one_class', train split (its first 64 rows: data.max_examples)",
+            "'pos', one class",
+        ],
+    ),
     # a key its own task file does not write is added with + (the file names no type schema)
     (["task=[with_test]", "+task.with_test.text_column=txt"], ["'txt' missing from the train"]),
     # loader and sampler (their classes' arguments)

@@ -14,10 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
-
-from mtl.artifacts import HEADS_FILE, is_export
+from mtl.artifacts import HEADS_FILE, is_export, read_weights
 from mtl.errors import MtlError, env_rank
 from mtl.models import load_encoder
 
@@ -135,28 +132,77 @@ def resolve_checkpoint(path: str) -> str:
 BEST = "best"
 
 
+class NoCheckpoint(MtlError):
+    """A folder that holds no trained weights at all (not a damaged one)."""
+
+
+def earlier_checkpoint(folder: Path, before: Path | None = None) -> Path | None:
+    """The complete step checkpoint of the highest step in `folder` (a run's `checkpoints/`),
+    other than `before`: what to use when `before` (or the best model) is damaged."""
+    if not folder.is_dir():
+        return None
+    for candidate in reversed(step_folders(folder)):
+        if candidate != before and incomplete_reason(candidate) is None:
+            return candidate
+    return None
+
+
+def _instead(run: Path, damaged: Path | None = None) -> str:
+    """What to give instead of a damaged checkpoint of `run`."""
+    best = run / "checkpoints" / BEST
+    found = earlier_checkpoint(run / "checkpoints", damaged)
+    if damaged is not None and damaged != best and incomplete_reason(best) is None:
+        found = best
+    if found is not None:
+        return f"give another whole checkpoint of the run instead ({found}), or train again"
+    return "this run has no other whole checkpoint; train again"
+
+
+def _best_weights(best: Path) -> dict:
+    """The weights of a `checkpoints/best` folder, checked against its marker first."""
+    run = best.parent.parent
+    problem = incomplete_reason(best)
+    if problem is not None:
+        raise MtlError(f"{best} is damaged ({problem}); {_instead(run)}")
+    return read_weights(best / "model.pt", _instead(run))
+
+
 def trained_weights(path: str) -> tuple[dict, Path]:
     """The model weights of a run folder (its best model, else its latest complete checkpoint),
     a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
-    heads.safetensors), and where they came from (`model.init_from`)."""
+    heads.safetensors), and where they came from (`model.init_from`, `mtl-export`). A damaged
+    file (cut short, overwritten, not matching the checkpoint's marker) is a one-line MtlError
+    naming it and what to give instead."""
     folder = Path(path)
     if is_export(folder):
         encoder = load_encoder(str(folder)).state_dict()
-        heads = load_file(folder / HEADS_FILE)
+        heads = read_weights(folder / HEADS_FILE, "export the run again")
         state = {f"encoder.{k}": v for k, v in encoder.items()}
         return state | {f"heads.{k}": v for k, v in heads.items()}, folder
-    best = folder / "checkpoints" / BEST / "model.pt"
-    if (folder / "checkpoints" / BEST / MARKER).is_file():
-        return torch.load(best, map_location="cpu", weights_only=True), best
+    best = folder / "checkpoints" / BEST
+    if (best / MARKER).is_file():
+        return _best_weights(best), best / "model.pt"
     if folder.name == BEST and (folder / MARKER).is_file():
-        return torch.load(folder / "model.pt", map_location="cpu", weights_only=True), folder
-    try:
-        checkpoint = Path(resolve_checkpoint(path))
-    except MtlError:
-        raise MtlError(
-            f"model.init_from={path}: not an mtl run, checkpoint or export folder (no complete "
-            "checkpoint in it); give <run folder>, <run>/checkpoints/step_N or <run>/export"
-        ) from None
-    if (checkpoint / WEIGHTS[0]).is_file():
-        return load_file(checkpoint / WEIGHTS[0]), checkpoint
-    return torch.load(checkpoint / WEIGHTS[1], map_location="cpu", weights_only=True), checkpoint
+        return _best_weights(folder), folder
+    if (folder / MARKER).is_file() or STEP_NAME.match(folder.name):
+        checkpoint = folder  # a checkpoint folder
+    else:  # a run folder (or its checkpoints/): its checkpoint of the highest step
+        root = folder / "checkpoints" if (folder / "checkpoints").is_dir() else folder
+        steps = (
+            [p for p in step_folders(root) if not p.name.startswith(".")] if root.is_dir() else []
+        )
+        if not steps:
+            raise NoCheckpoint(
+                f"model.init_from={path}: not an mtl run, checkpoint or export folder (no "
+                "complete checkpoint in it); give <run folder>, <run>/checkpoints/step_N or "
+                "<run>/export"
+            )
+        checkpoint = steps[-1]
+    problem = incomplete_reason(checkpoint) if checkpoint.is_dir() else "no such folder"
+    if problem is not None:
+        run = checkpoint.parent.parent
+        raise MtlError(f"{checkpoint} is damaged ({problem}); {_instead(run, checkpoint)}")
+    name = WEIGHTS[0] if (checkpoint / WEIGHTS[0]).is_file() else WEIGHTS[1]
+    return read_weights(
+        checkpoint / name, _instead(checkpoint.parent.parent, checkpoint)
+    ), checkpoint

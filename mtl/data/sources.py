@@ -30,8 +30,12 @@ column_names, ...). Relative paths resolve against the current working directory
 
 from __future__ import annotations
 
+import bz2
+import csv
 import glob
+import gzip
 import inspect
+import lzma
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -153,6 +157,10 @@ def _read_files(name: str, source: dict[str, Any]) -> Source:
     options.update(given_options)
     if builder == "csv" and "sep" in given_options:
         options.pop("delimiter", None)  # the csv builder lets delimiter override sep
+    if builder == "csv" and not {"column_names", "names", "header"} & set(given_options):
+        for split_files in files.values():
+            for path in split_files:
+                _check_header(name, path, options.get("sep") or options.get("delimiter") or ",")
     # The test split is read on its own: its columns need not match (no labels, an id column).
     test = {"test": files.pop("test")} if "test" in files else {}
     try:
@@ -170,6 +178,28 @@ def _read_files(name: str, source: dict[str, Any]) -> Source:
             f"({_first_line(err)}); fix the file or the source options"
         ) from err
     return Source(loaded, None)
+
+
+def _check_header(name: str, path: str, delimiter: str) -> None:
+    """A csv/tsv header that names a column twice is refused: the reader would rename the
+    second (`label.1`) and the task would silently read the first."""
+    suffix = Path(path).suffix.lower()
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(suffix, open)
+    if suffix == ".zst":
+        return  # read by datasets' own decompressor; not checked here
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as f:
+            header = next(csv.reader(f, delimiter=delimiter), [])
+    except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+        return  # the builder reports what is wrong with the file
+    seen: dict[str, int] = {}
+    for number, column in enumerate(header, 1):
+        if column in seen:
+            raise MtlError(
+                f"task {name!r}: {path}: the header names column {column!r} twice (columns "
+                f"{seen[column]} and {number}); rename or remove one"
+            )
+        seen[column] = number
 
 
 def _resolve(name: str, spec: Any) -> list[str]:

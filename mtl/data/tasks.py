@@ -90,6 +90,8 @@ def build_task_from_config(
             split: _encode(ds, task_type, tokenizer, label_names, split)
             for split, ds in raw.items()
         }
+        capped = f" (its first {max_examples} rows: data.max_examples)" if max_examples else ""
+        task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
 

@@ -12,9 +12,11 @@ import hashlib
 import json
 import pickle
 from functools import lru_cache
+from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from mtl.artifacts import damaged
 from mtl.errors import MtlError
 from mtl.models.encoder import resolve_model_path
 
@@ -24,9 +26,14 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     """A fast tokenizer, cached per name: the packaged MiniLM for the default names
     (`mtl.models.encoder.DEFAULT_NAMES`), else Hugging Face's."""
     name_or_path = resolve_model_path(name_or_path)
+    file = Path(name_or_path) / "tokenizer.json"
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    except (OSError, ValueError) as err:  # no such model; a folder without tokenizer files
+    except Exception as err:  # OSError: no such model; ValueError, tokenizers': a bad file
+        if file.is_file() and not isinstance(err, OSError):
+            raise damaged(file, err, "copy the model's tokenizer files into it again") from None
+        if not isinstance(err, (OSError, ValueError)):
+            raise
         raise MtlError(
             f"tokenizer {name_or_path!r} could not be loaded ({err.__class__.__name__}): "
             "give a model folder (with its tokenizer files), a hub name reachable online, or "
@@ -35,6 +42,13 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     if not tokenizer.is_fast:
         raise MtlError(
             f"tokenizer {name_or_path!r} is not a fast tokenizer: word alignment needs one"
+        )
+    vocabulary = tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=False)
+    if vocabulary <= len(tokenizer.all_special_tokens):
+        raise MtlError(
+            f"tokenizer {name_or_path!r} has no vocabulary (its {vocabulary} tokens are its "
+            "special tokens): its tokenizer.json (or vocab.txt) is missing or empty; copy the "
+            "model's tokenizer files into the folder"
         )
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # decoders without one (Llama): pad with eos

@@ -34,7 +34,7 @@ from pathlib import Path
 from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
 from mtl.builders.model import build_model
 from mtl.builders.tasks import build_tasks
-from mtl.builders.weights import trained_weights
+from mtl.builders.weights import NoCheckpoint, trained_weights
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
@@ -53,6 +53,12 @@ def run_folder(path: str | Path) -> Path:
     for candidate in (p, p.parent, p.parent.parent):
         if (candidate / ".hydra" / "config.yaml").is_file():
             return candidate
+    if is_export(p):
+        raise MtlError(
+            f"model={path} is an export already (it holds {TASKS_FILE}, no .hydra/config.yaml "
+            "of a run above it): use it as it is (mtl-predict model=, mtl.load_model), or "
+            "export the run it came from"
+        )
     raise MtlError(
         f"model={path}: not an mtl run or export folder (no .hydra/config.yaml or "
         f"{TASKS_FILE}); give a run folder, one of its checkpoints, or an mtl-export folder"
@@ -67,7 +73,7 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     run = run_folder(path)
     try:
         state, _ = trained_weights(str(path))
-    except MtlError:
+    except NoCheckpoint:
         raise MtlError(
             f"model={path}: the run has no saved model (no checkpoints/best and no complete "
             "checkpoint); train it longer or give another run"

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from mtl.artifacts import HEADS_FILE, TASKS_FILE
+from mtl.artifacts import HEADS_FILE, TASKS_FILE, damaged, read_weights
 from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
@@ -45,8 +45,6 @@ class LoadedModel:
 def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:
     """The model of an export folder (eval mode). Its `mtl_tasks.json` is read as data: a task
     type, head or metric that is not mtl's own is refused unless `trust_custom_code`."""
-    from safetensors.torch import load_file
-
     folder = Path(path)
     try:
         meta = json.loads((folder / TASKS_FILE).read_text())
@@ -71,7 +69,8 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
                 "run again"
             ) from None
     model = MultiTaskModel(encoder, heads)
-    state = {f"heads.{key}": value for key, value in load_file(folder / HEADS_FILE).items()}
+    weights = read_weights(folder / HEADS_FILE, "export the run again")
+    state = {f"heads.{key}": value for key, value in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k.startswith("heads.")]
     if missing or unexpected:
@@ -87,11 +86,14 @@ def export_encoder(folder: Path):
     """The encoder of an export folder, which was saved without its pooler (each head has its
     own): transformers' load report is kept quiet for that, and any other weight missing from
     the folder is a one-line error."""
+    from safetensors import SafetensorError
     from transformers import AutoModel
 
     try:
         with quiet_libraries():
             encoder, info = AutoModel.from_pretrained(str(folder), output_loading_info=True)
+    except SafetensorError as err:
+        raise damaged(folder / "model.safetensors", err, "export the run again") from None
     except (OSError, ValueError) as err:
         raise MtlError(
             f"model={folder}: its encoder cannot be read ({type(err).__name__}); export the run "

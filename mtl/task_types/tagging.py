@@ -11,7 +11,7 @@ import mtl.task_types.metrics as metrics
 from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
 from mtl.models.heads import TokenClassificationHead, TransformersModel
-from mtl.task_types.base import TaskType, label_id, names_from_values, softmax
+from mtl.task_types.base import TaskType, label_id, names_from_values, one_class, softmax
 from mtl.task_types.classification import label_config
 
 
@@ -54,6 +54,11 @@ class TokenClassification(TaskType):
 
     def infer_label_names(self, labels):
         return names_from_values([tag for tags in labels for tag in tags], f"task {self.name!r}")
+
+    def check_train_labels(self, train, where):
+        column = self.config.label_column
+        if column in train.column_names:
+            one_class([tag for tags in train[column] for tag in tags or []], column, where)
 
     def encode(self, rows, tokenizer, label_names, where):
         words = [_words(t) for t in rows[self.config.text_column]]

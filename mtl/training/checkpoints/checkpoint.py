@@ -20,6 +20,7 @@ loader's position and the run counters (`mtl.training.state.TrainState`), so tha
   and `full_model` gives the end of the run a model with the full weights to export.
 
 The folders are on a file system every rank sees (as accelerate's `save_state` assumes). Files
+get the modes an ordinary write gets under the umask, and
 are flushed to disk (fsync) before the rename, so a machine crash also leaves no `step_*`
 folder whose files are still in memory.
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from mtl.artifacts import fsync
+from mtl.artifacts import fsync, ordinary_modes
 from mtl.builders.weights import (
     BEST,
     DESCRIPTION,
@@ -102,7 +103,9 @@ def _writes_shared_files(accelerator) -> bool:
 
 
 def _seal(folder: Path, step: int) -> None:
-    """Flush every file to disk, then write the marker that says the folder is complete."""
+    """Flush every file to disk, then write the marker that says the folder is complete. The
+    files get the modes of the umask (`ordinary_modes`: accelerate's safetensors writes 0600)."""
+    ordinary_modes(folder)
     files = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file():

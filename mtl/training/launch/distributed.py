@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from mtl.errors import MtlError
+from mtl.errors import MtlError, env_rank
 from mtl.training.launch.nodes import check_nodes
 from mtl.training.launch.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
 
@@ -148,6 +148,13 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     check_strategy(trainer.strategy, accelerator.distributed_type.value)
     set_timeout(trainer.dist_timeout_s)  # also when train.py started the process group
     check_nodes(accelerator, run_dir)
+    if trainer.mixed_precision == "fp16" and not accelerator.native_amp and env_rank() == 0:
+        print(  # accelerate runs fp16 on a CPU in fp32 without a word
+            f"mtl: trainer.mixed_precision=fp16 needs a GPU; on {accelerator.device.type} this "
+            "run trains in fp32 (give trainer.mixed_precision=bf16 for mixed precision here, "
+            "or no)",
+            file=sys.stderr,
+        )
     return accelerator
 
 

@@ -7,13 +7,15 @@
   (`data.pad_to_multiple_of`, when not set): a handful of lengths, and after the first length
   change torch compiles one graph with a dynamic length. `CompileCounter` logs how many graphs
   were compiled and how many of them after the first step (`compile/graphs`,
-  `compile/recompiles`).
+  `compile/recompiles`). Half-written kernel libraries that a stopped compile left in torch's
+  cache are deleted first (`compile_cache`).
 - `data.pin_memory` (null by default) is on when the run trains on a GPU: the loaders' batches
   sit in page-locked memory and `to_device` copies them without blocking the host.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 
@@ -21,6 +23,7 @@ import torch
 
 from mtl.config import Settings
 from mtl.errors import MtlError
+from mtl.training.setup.compile_cache import repair_cache
 
 BUCKET = 32  # tokens: the length step of batches with trainer.compile (data.pad_to_multiple_of)
 
@@ -37,13 +40,17 @@ def loader_settings(settings: Settings, device: torch.device) -> Settings:
 
 
 def compile_encoder(model: torch.nn.Module, backend: str) -> None:
-    """Compile `model.encoder` in place with torch.compile's `backend`."""
+    """Compile `model.encoder` in place with torch.compile's `backend`, after deleting the
+    half-written kernel libraries a stopped compile left in torch's cache (`repair_cache`, on
+    one process per machine: its processes share the cache)."""
     backends = torch.compiler.list_backends(exclude_tags=())
     if backend not in backends:
         raise MtlError(
             f"trainer.compile_backend={backend!r} is not a torch.compile backend here; "
             f"use one of {', '.join(backends)}"
         )
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        repair_cache()
     model.encoder.compile(backend=backend)
 
 
