@@ -19,9 +19,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from mtl.cli.export import main as export_main
+from mtl.cli.predict import main as predict_main
 from mtl.config import register_configs
-from mtl.inference.export import main as export_main
-from mtl.inference.predict import main as predict_main
 from mtl.training.setup.compile_cache import repair_cache, whole_library
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +284,7 @@ def test_predict_into_a_folder_the_user_cannot_write_stops_before_the_work(work)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HOME": str(work)}
     args = ["model=run", "task=synthetic_cls", "input=rows.jsonl", "output=locked/out.jsonl"]
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "mtl.inference.predict", *args],
+        [*prefix, sys.executable, "-m", "mtl.cli.predict", *args],
         env=env, capture_output=True, text=True, cwd=work, timeout=300,
     )  # fmt: skip
     line = one_error_line(done.returncode, done.stderr)
