@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from mtl.cli import train
@@ -42,12 +43,6 @@ def compose_config(*overrides: str, hydra_config: bool = False) -> DictConfig:
 
 
 @pytest.fixture(scope="session")
-def hydra_conf() -> Callable:
-    """`with hydra_conf(): ...`: a Hydra session on `conf/` for Hydra's own calls."""
-    return hydra_session
-
-
-@pytest.fixture(scope="session")
 def compose_cfg() -> Callable[..., DictConfig]:
     """`compose_cfg(*overrides, hydra_config=False)`: the real config, no presets (usable from
     module and session fixtures)."""
@@ -67,10 +62,10 @@ def make_cfg(tmp_path):
 
 @pytest.fixture
 def train_here(monkeypatch, capsys):
-    """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`,
-    Hydra cleared before and after, `sys.path` and the environment restored after); returns
-    (exit status, stderr): 0 for a run that returns, the status of its `SystemExit` otherwise;
-    its stdout is left for `capsys`.
+    """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`;
+    Hydra and its HydraConfig cleared before and after; `sys.path` and the environment restored
+    after); returns (exit status, stderr): 0 for a run that returns, the status of its
+    `SystemExit` otherwise; its stdout is left for `capsys`.
 
     One process has one launch time (the default run folder's name): two runs into default
     folders from the same folder need `hydra.run.dir` or `output_dir` of their own."""
@@ -88,6 +83,7 @@ def train_here(monkeypatch, capsys):
             code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         finally:
             GlobalHydra.instance().clear()
+            HydraConfig.instance().cfg = None  # a config composed by hand is not under Hydra
         captured = capsys.readouterr()
         sys.stdout.write(captured.out)  # left for the test's own capsys.readouterr()
         return code, captured.err
