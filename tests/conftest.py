@@ -1,59 +1,91 @@
-"""Shared fixtures: compose the real Hydra config with overrides, as `train.py` would."""
+"""Shared fixtures: compose the real Hydra config with overrides, as `train.py` would, and run
+`mtl-train` in this process."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
 
 from mtl.cli import train
 from mtl.config import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+FAST = ("debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@contextmanager
+def hydra_session() -> Iterator[None]:
+    """Hydra initialized on mtl's `conf/` (cleared first, schemas registered), as `mtl-train`."""
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        yield
+
+
+def compose_config(*overrides: str, hydra_config: bool = False) -> DictConfig:
+    """The real config composed with exactly these overrides (no presets); with `hydra_config`,
+    the `hydra` node too."""
+    with hydra_session():
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+@pytest.fixture(scope="session")
+def compose_cfg() -> Callable[..., DictConfig]:
+    """`compose_cfg(*overrides, hydra_config=False)`: the real config, no presets (usable from
+    module and session fixtures)."""
+    return compose_config
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
-    """`make_cfg(*overrides)`: the composed config, run folder in tmp_path, fast smoke preset."""
+    """`make_cfg(*overrides)`: the composed config, run folder in tmp_path, fast smoke preset
+    (`debug=fast`, three synthetic tasks; an override of `task=` replaces them)."""
 
     def make(*overrides: str, output_dir: Path | None = None):
-        GlobalHydra.instance().clear()
-        register_configs()
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            return compose(
-                "config",
-                overrides=[
-                    "debug=fast",
-                    "task=[synthetic_cls,synthetic_tag,synthetic_reg]",
-                    f"output_dir={output_dir or tmp_path / 'run'}",
-                    *overrides,
-                ],
-            )
+        return compose_config(*FAST, f"output_dir={output_dir or tmp_path / 'run'}", *overrides)
 
     return make
 
 
 @pytest.fixture
 def train_here(monkeypatch, capsys):
-    """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`,
-    Hydra cleared before and after); returns (exit status, stderr)."""
+    """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`;
+    Hydra and its HydraConfig cleared before and after; `sys.path` and the environment restored
+    after); returns (exit status, stderr): 0 for a run that returns, the status of its
+    `SystemExit` otherwise; its stdout is left for `capsys`.
+
+    One process has one launch time (the default run folder's name): two runs into default
+    folders from the same folder need `hydra.run.dir` or `output_dir` of their own."""
 
     def call(*args: str) -> tuple[int, str]:
         monkeypatch.setattr(sys, "argv", ["mtl-train", *args])
+        monkeypatch.setattr(sys, "path", list(sys.path))  # train() adds the folder it runs in
+        monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # what train() sets; restored after
         GlobalHydra.instance().clear()
         capsys.readouterr()
+        code = 0
         try:
-            with pytest.raises(SystemExit) as stop:
-                train()
+            train()
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         finally:
             GlobalHydra.instance().clear()
-        return stop.value.code, capsys.readouterr().err
+            HydraConfig.instance().cfg = None  # a config composed by hand is not under Hydra
+        captured = capsys.readouterr()
+        sys.stdout.write(captured.out)  # left for the test's own capsys.readouterr()
+        return code, captured.err
 
     return call

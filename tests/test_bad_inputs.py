@@ -5,16 +5,11 @@ of its own with a `conf/` of task files and data a user could get wrong."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mtl.config.checks import has_wandb_credentials
-
-ROOT = Path(__file__).resolve().parents[1]
 
 ROWS = [f"{'good fine nice' if i % 2 else 'bad poor sad'} row {i},{i % 2}" for i in range(80)]
 FILES = {
@@ -206,27 +201,11 @@ def test_a_netrc_entry_for_the_wandb_host_counts_as_credentials(tmp_path, monkey
     assert has_wandb_credentials()
 
 
-def test_typos_leave_no_run_folder_but_a_users_folder_is_kept(project):
-    """`python train.py` as a user runs it: a refused run removes the folder it made itself
-    (and the date folder above it), never a folder that was there before."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    # an unknown key and a bad value, as a user types them; every other case is in-process above
-    typos = ["+trainer.lrr=1", "data.max_examples=0"]
-    for typo in typos:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "train.py"), "task=[synthetic_cls]", "debug=fast", typo],
-            cwd=project, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        one_error_line(result.returncode, result.stderr)
-    nothing_left(project)
+def test_a_refused_run_keeps_a_users_folder(project, mtl_train):
+    """A refused run removes only the folder it made itself (CASES above: the run folder and the
+    date folder above it), never one that was there before."""
     mine = project / "my_run"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "task=[synthetic_cls]", "debug=fast",
-         "trainer.epochs=0", f"hydra.run.dir={mine}"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    one_error_line(result.returncode, result.stderr)
+    one_error_line(*mtl_train("trainer.epochs=0", f"hydra.run.dir={mine}"))
     assert (mine / "notes.txt").read_text() == "mine"

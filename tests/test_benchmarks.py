@@ -134,6 +134,7 @@ def test_train_speed_runs_both_samplers_and_writes_its_plot(tmp_path):
     assert png.is_file()
 
 
+@pytest.mark.slow  # the benchmark script trains in a process of its own
 def test_train_speed_compares_any_two_samplers_with_options():
     figures = run_quick(
         "bench_train_speed.py", "--samplers", "block_shuffle", "token_budget:max_tokens=400"

@@ -1,5 +1,5 @@
 """examples/custom_project: a user's own task, task type, head, metric, sampler and loader,
-trained from the project's own folder through the `mtl-train` console script."""
+trained from the project's own folder through the `mtl-train` command."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from mtl.testing import check_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "custom_project"
-MTL_TRAIN = Path(sys.executable).parent / "mtl-train"
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +32,20 @@ def project(tmp_path_factory):
         del sys.modules[name]
 
 
-def test_the_project_trains_from_its_own_folder(project):
-    result = subprocess.run(
-        [
-            str(MTL_TRAIN),
-            "--config-dir",
-            "conf",
-            "task=[reviews,ratings,synthetic_cls]",
-            "sampler=longest_first",
-            "loader=blocks",
-            "debug=fast",
-            "trainer.max_steps=8",
-        ],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=600,
+def test_the_project_trains_from_its_own_folder(project, train_here, monkeypatch):
+    """`mtl-train` in-process from the project's folder (the console script's own process is
+    tests/test_wheel.py's)."""
+    monkeypatch.chdir(project)
+    code, err = train_here(
+        "--config-dir",
+        "conf",
+        "task=[reviews,ratings,synthetic_cls]",
+        "sampler=longest_first",
+        "loader=blocks",
+        "debug=fast",
+        "trainer.max_steps=8",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert code == 0, err[-3000:]
     runs = list((project / "outputs" / "runs").glob("*/*"))
     assert len(runs) == 1
     results = json.loads((runs[0] / "results.json").read_text())

@@ -4,17 +4,11 @@ preemption, with no other flag, gives one run folder and one metrics.jsonl."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mtl.cli.argv import continue_in_place
-
-ROOT = Path(__file__).resolve().parents[2]
-MTL_TRAIN = [sys.executable, "-c", "import sys; from mtl.cli import train; sys.exit(train())"]
 
 
 def make_run(folder: Path) -> Path:
@@ -51,23 +45,21 @@ def test_a_folder_that_is_not_a_run_is_left_to_the_resume_check(tmp_path):
     assert continue_in_place(["task=[a]"]) == ["task=[a]"]
 
 
-@pytest.mark.slow
-def test_resume_as_typed_continues_the_same_run_folder(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+def test_resume_as_typed_continues_the_same_run_folder(tmp_path, train_here, monkeypatch):
+    """`mtl-train` in-process, from the user's folder, into the default run folder."""
     common = ["model=tiny", "debug=fast", "task=[synthetic_cls]", "trainer.progress_bar=false"]
+    monkeypatch.chdir(tmp_path)
 
-    def train(*args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [*MTL_TRAIN, *common, *args], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done
+    def train(*args: str) -> str:
+        code, err = train_here(*common, *args)
+        assert code == 0, err[-2000:]
+        return err
 
     train("trainer.max_steps=2")
     (run,) = (tmp_path / "outputs" / "runs").glob("*/*")
     config = (run / ".hydra" / "config.yaml").read_text()
     resumed = train("trainer.max_steps=4", f"trainer.resume={run}")
-    assert f"run folder {run} (resuming at step 2)" in resumed.stderr
+    assert f"run folder {run} (resuming at step 2)" in resumed
     assert list((tmp_path / "outputs" / "runs").glob("*/*")) == [run]  # no second folder
     assert (run / ".hydra" / "config.yaml").read_text() == config  # trained-with config kept
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]

@@ -1,20 +1,18 @@
 """`mtl-train` as a user runs it: from a folder of their own, with their own config folder; a
-config Hydra cannot compose ends with one line `mtl: error: ...` and status 2."""
+config Hydra cannot compose ends with one line `mtl: error: ...` and status 2.
+
+Every run is in-process (`train_here`, from the user's folder); the console script's own
+process is run from an installed wheel by tests/test_wheel.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
-# What the `mtl-train` console script runs, with this checkout's `mtl` on the path.
-MTL_TRAIN = [sys.executable, "-c", "import sys; from mtl.cli import train; sys.exit(train())"]
 LOADERS = "mixup, random, round_robin, sequential"
 TASKS = ", ".join(
     sorted(
@@ -24,19 +22,24 @@ TASKS = ", ".join(
 )
 
 
-def mtl_train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [*MTL_TRAIN, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+@pytest.fixture
+def mtl_train(train_here, monkeypatch):
+    """`mtl_train(*args, cwd=folder)`: `mtl-train *args` in-process from `folder`; returns
+    (exit status, stderr)."""
+
+    def call(*args: str, cwd: Path) -> tuple[int, str]:
+        monkeypatch.chdir(cwd)
+        return train_here(*args)
+
+    return call
 
 
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+def one_error_line(result: tuple[int, str]) -> str:
+    code, err = result
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("mtl: error: ")
     return lines[0].removeprefix("mtl: error: ")
 
@@ -73,15 +76,13 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
 def test_a_config_that_does_not_compose_gives_one_line(
     tmp_path, monkeypatch, train_here, overrides, expected
 ):
-    """In-process (`train_here`); the console script's own process is run by the tests below."""
     monkeypatch.chdir(tmp_path)
-    args = ["task=[synthetic_cls]", "debug=fast", *overrides]
-    code, err = train_here(*args)
-    assert one_error_line(subprocess.CompletedProcess(args, code, "", err)).startswith(expected)
+    result = train_here("task=[synthetic_cls]", "debug=fast", *overrides)
+    assert one_error_line(result).startswith(expected)
     assert not (tmp_path / "outputs").exists()
 
 
-def test_a_sweep_with_an_unknown_option_fails_before_any_job(tmp_path):
+def test_a_sweep_with_an_unknown_option_fails_before_any_job(tmp_path, mtl_train):
     sweep = tmp_path / "sweep"
     result = mtl_train(
         "-m",
@@ -98,13 +99,13 @@ def test_a_sweep_with_an_unknown_option_fails_before_any_job(tmp_path):
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
-def test_plugin_options_are_found(tmp_path):
+def test_plugin_options_are_found(tmp_path, mtl_train, capsys):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    result = mtl_train(
+    code, err = mtl_train(
         "task=[synthetic_cls]", "hydra/launcher=joblib", "--cfg", "hydra", cwd=tmp_path
     )
-    assert result.returncode == 0, result.stderr
-    assert "JoblibLauncher" in result.stdout
+    assert code == 0, err
+    assert "JoblibLauncher" in capsys.readouterr().out
 
 
 def write_csv(path: Path) -> None:
@@ -130,13 +131,13 @@ def the_run_folder(project: Path) -> Path:
     return runs[0]
 
 
-def test_a_user_project_folder_trains_its_own_task(tmp_path):
+def test_a_user_project_folder_trains_its_own_task(tmp_path, mtl_train):
     write_csv(tmp_path / "data" / "reviews.csv")
     write_task(tmp_path / "conf", "my_task", "my_task")
-    result = mtl_train(
+    code, err = mtl_train(
         "--config-dir", "conf", "task=[my_task]", "debug=fast", "model=tiny", cwd=tmp_path
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert code == 0, err[-3000:]
     run = the_run_folder(tmp_path)  # under the project's outputs/, not the package's
     assert OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra.job.chdir is False
     config = (run / ".hydra" / "config.yaml").read_text()
@@ -145,7 +146,7 @@ def test_a_user_project_folder_trains_its_own_task(tmp_path):
     assert any(k.startswith("eval/my_task/") for row in steps for k in row)
 
 
-def test_searchpath_in_a_user_config_and_a_nested_option(tmp_path):
+def test_searchpath_in_a_user_config_and_a_nested_option(tmp_path, mtl_train):
     write_csv(tmp_path / "data" / "reviews.csv")
     extra = tmp_path / "shared_conf"
     write_task(extra, "glue/mini", "mini")
@@ -153,11 +154,11 @@ def test_searchpath_in_a_user_config_and_a_nested_option(tmp_path):
     (tmp_path / "conf" / "my_run.yaml").write_text(
         f"defaults: [config, _self_]\nhydra:\n  searchpath: [file://{extra}]\nseed: 3\n"
     )
-    result = mtl_train(
+    code, err = mtl_train(
         "--config-dir", "conf", "--config-name", "my_run", "task=[glue/mini]", "debug=fast",
         cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert code == 0, err[-3000:]
     run = the_run_folder(tmp_path)
     config = (run / ".hydra" / "config.yaml").read_text()
     assert "seed: 3" in config and "  mini:" in config
@@ -165,7 +166,7 @@ def test_searchpath_in_a_user_config_and_a_nested_option(tmp_path):
     assert any(k.startswith("eval/mini/") for row in steps for k in row)
 
 
-def test_a_task_file_named_after_another_task_is_refused(tmp_path):
+def test_a_task_file_named_after_another_task_is_refused(tmp_path, mtl_train):
     write_task(tmp_path / "conf", "copy", "synthetic_cls")
     result = mtl_train(
         "--config-dir", "conf", "task=[synthetic_cls,copy]", "debug=fast", cwd=tmp_path

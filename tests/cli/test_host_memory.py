@@ -51,6 +51,7 @@ def child(mode: str, **env: str) -> tuple[bool, list[int]]:
 
 
 @glibc
+@pytest.mark.slow  # a fresh process of its own counts its page faults
 def test_a_freed_block_is_reused_without_faulting_its_pages_in_again():
     kept, faults = child("keep")
     assert kept
@@ -59,6 +60,7 @@ def test_a_freed_block_is_reused_without_faulting_its_pages_in_again():
 
 
 @glibc
+@pytest.mark.slow  # a fresh process of its own counts its page faults
 def test_without_it_every_use_faults_the_block_in_again():
     kept, faults = child("default")
     assert not kept
@@ -66,6 +68,7 @@ def test_without_it_every_use_faults_the_block_in_again():
 
 
 @glibc
+@pytest.mark.slow  # a fresh process of its own counts its page faults
 def test_a_users_own_malloc_setting_is_left_alone():
     kept, faults = child("keep", MALLOC_TRIM_THRESHOLD_="0")
     assert not kept

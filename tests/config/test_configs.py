@@ -13,40 +13,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from mtl.artifacts import config_dir
-from mtl.config import register_configs, validate
-from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS, LOADER_GIVEN, SAMPLER_GIVEN
+from mtl.config import validate
+from mtl.config.parts import LOADER_GIVEN, SAMPLER_GIVEN
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = config_dir()
 BASE = ["task=[synthetic_cls,synthetic_tag]", "model=tiny", "logger=none"]
 STRUCTURAL = {"defaults", "_target_", "_partial_"}
-
-# What each option of the two groups composed to before their defaults moved into the classes
-# (the YAMLs then spelled out every option): the effective values must not change.
-BEFORE = {
-    ("loader", "mixup"): {"exhaust": None, "steps_per_epoch": None},
-    ("loader", "random"): {
-        "weighting": "proportional",
-        "temperature": 2.0,
-        "size_cap": None,
-        "exhaust": None,
-        "steps_per_epoch": None,
-    },
-    ("loader", "round_robin"): {"exhaust": None, "steps_per_epoch": None},
-    ("loader", "sequential"): {"shuffle_tasks": True, "exhaust": None, "steps_per_epoch": None},
-    ("sampler", "block_shuffle"): {"sort_bs_num": 50, "sort_noise": 0.0, "drop_last": False},
-    ("sampler", "random"): {"drop_last": False},
-    ("sampler", "token_budget"): {"max_tokens": 4096, "sort_bs_num": None, "drop_last": False},
-}
 
 
 def options(group: str) -> list[str]:
@@ -61,14 +40,10 @@ def options(group: str) -> list[str]:
     return sorted(names)
 
 
-def compose_with(*overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    store = ConfigStore.instance()
-    for name, schema in LOADER_AND_SAMPLER_SCHEMAS.items():
-        store.store(name=name, node=schema)  # register_configs stores them too, once it lists them
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
-        return compose("config", overrides=[*BASE, *overrides])
+@pytest.fixture
+def compose_with(compose_cfg):
+    """`compose_with(*overrides)`: the real config with BASE and these overrides."""
+    return lambda *overrides: compose_cfg(*BASE, *overrides)
 
 
 GROUP_OPTIONS = [
@@ -83,7 +58,7 @@ GROUP_OPTIONS = [
 
 
 @pytest.mark.parametrize(("group", "override"), GROUP_OPTIONS, ids=[o for _, o in GROUP_OPTIONS])
-def test_every_option_of_every_group_composes_and_validates(group, override):
+def test_every_option_of_every_group_composes_and_validates(group, override, compose_with):
     cfg = compose_with(override)
     settings = validate(cfg)
     assert settings.tasks
@@ -132,14 +107,13 @@ def test_yaml_names_its_class_and_only_deliberate_overrides(group, name):
 
 
 @pytest.mark.parametrize(("group", "name"), LOADERS_AND_SAMPLERS)
-def test_composed_values_are_the_class_defaults_and_the_yaml_overrides(group, name):
+def test_composed_values_are_the_class_defaults_and_the_yaml_overrides(group, name, compose_with):
     cfg = compose_with(f"{group}={name}")
     composed = OmegaConf.to_container(cfg[group])
     target = composed.pop("_target_")
     composed.pop("_partial_", None)
     overrides = {k: v for k, (v, _) in yaml_keys(group, name).items()}
     assert composed == {**class_defaults(group, target), **overrides}
-    assert composed == BEFORE[(group, name)]
 
 
 def tiny_loaders(sampler_factory, sizes: dict[str, int]) -> dict[str, DataLoader]:
@@ -161,7 +135,7 @@ def collate(rows: list[dict]) -> dict:
 
 
 @pytest.mark.parametrize("name", options("sampler"))
-def test_every_sampler_builds_as_its_class_with_the_yaml_overrides(name):
+def test_every_sampler_builds_as_its_class_with_the_yaml_overrides(name, compose_with):
     node = compose_with(f"sampler={name}").sampler
     overrides = {k: v for k, (v, _) in yaml_keys("sampler", name).items()}
     lengths = [1 + (7 * j) % 23 for j in range(150)]
@@ -174,7 +148,7 @@ def test_every_sampler_builds_as_its_class_with_the_yaml_overrides(name):
 
 
 @pytest.mark.parametrize("name", options("loader"))
-def test_every_loader_builds_as_its_class_and_runs_an_epoch(name):
+def test_every_loader_builds_as_its_class_and_runs_an_epoch(name, compose_with):
     cfg = compose_with(f"loader={name}")
     make_sampler = instantiate(cfg.sampler)
     sizes = {"a": 9, "b": 5, "c": 14}
@@ -191,12 +165,12 @@ def test_every_loader_builds_as_its_class_and_runs_an_epoch(name):
 
 
 @pytest.mark.parametrize("override", ["loader.weightin=uniform", "sampler.sort_bs=3"])
-def test_a_mistyped_key_of_a_builtin_loader_or_sampler_is_refused(override):
+def test_a_mistyped_key_of_a_builtin_loader_or_sampler_is_refused(override, compose_with):
     with pytest.raises(HydraException, match="weightin|sort_bs"):
         compose_with(override)
 
 
-def test_the_options_of_a_builtin_are_set_from_the_command_line():
+def test_the_options_of_a_builtin_are_set_from_the_command_line(compose_with):
     cfg = compose_with("loader=random", "loader.weighting=temperature", "loader.temperature=3")
     assert (cfg.loader.weighting, cfg.loader.temperature) == ("temperature", 3.0)
     cfg = compose_with("sampler=token_budget", "sampler.max_tokens=512", "sampler.drop_last=true")
@@ -204,7 +178,7 @@ def test_the_options_of_a_builtin_are_set_from_the_command_line():
     assert (sampler.max_tokens, sampler.drop_last) == (512, True)
 
 
-def test_a_users_loader_adds_keys_of_its_own():
+def test_a_users_loader_adds_keys_of_its_own(compose_with):
     project = ROOT / "examples" / "custom_project"
     cfg = compose_with(
         f"hydra.searchpath=[file://{project / 'conf'}]", "loader=blocks", "loader.block=2"

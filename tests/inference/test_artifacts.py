@@ -14,14 +14,11 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import mtl
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
-from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
 from mtl.errors import MtlError
 
@@ -29,17 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, compose_cfg) -> Path:
     """A tiny run of synthetic_cls with its saved config and end-of-run export."""
     from mtl.cli.job import train as run
 
     out = tmp_path_factory.mktemp("artifacts") / "run"
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose(
-            "config", overrides=["debug=fast", "task=[synthetic_cls]", f"output_dir={out}"]
-        )
+    cfg = compose_cfg("debug=fast", "task=[synthetic_cls]", f"output_dir={out}")
     run(cfg)
     (out / ".hydra").mkdir()
     OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
@@ -132,6 +124,7 @@ def test_a_failed_export_leaves_the_earlier_one_whole(run_dir, tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
+@pytest.mark.slow  # a process killed with SIGKILL
 def test_an_export_killed_while_writing_leaves_the_earlier_one(run_dir, tmp_path):
     out = tmp_path / "export"
     export_main([str(run_dir), str(out)])
@@ -506,20 +499,14 @@ def test_mtl_export_of_a_run_naming_a_users_head_needs_trust(
     assert meta["tasks"]["synthetic_cls"]["head"]["class"] == f"{module}.UserHead"
 
 
-def test_init_from_reads_only_the_weights_of_an_export(run_dir, tmp_path, user_module):
+def test_init_from_reads_only_the_weights_of_an_export(run_dir, tmp_path, user_module, compose_cfg):
     from mtl.builders.model import build_model
     from mtl.builders.tasks import build_tasks
     from mtl.config import validate
 
     module, marker = user_module
     export = edited_export(run_dir, tmp_path / "export", _formatted(EDITS["own head"], module))
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose(
-            "config",
-            overrides=["debug=fast", "task=[synthetic_cls]", f"model.init_from={export}"],
-        )
+    cfg = compose_cfg("debug=fast", "task=[synthetic_cls]", f"model.init_from={export}")
     settings = validate(cfg)
     tasks, _ = build_tasks(settings, 0)
     model = build_model(settings, tasks)

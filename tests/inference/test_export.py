@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 from transformers import (
     AutoModelForMultipleChoice,
@@ -22,7 +20,7 @@ from transformers import (
 )
 
 import mtl
-from mtl.config import register_configs, validate
+from mtl.config import validate
 from mtl.data.bundled import bundled_rows
 from mtl.inference.predict import predict_rows
 
@@ -94,19 +92,17 @@ def task_files(folder: Path) -> Path:
     return folder
 
 
-def make_cfg(files: Path, out: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        return compose(
-            "config",
-            overrides=[
-                "debug=fast",
-                f"hydra.searchpath=[file://{files / 'conf'}]",
-                f"output_dir={out}",
-                *overrides,
-            ],
-        )
+@pytest.fixture(scope="module")
+def make_cfg(compose_cfg):
+    """`make_cfg(files, out, *overrides)`: the real config with the task files' folder."""
+
+    def make(files: Path, out: Path, *overrides: str):
+        return compose_cfg(
+            "debug=fast", f"hydra.searchpath=[file://{files / 'conf'}]", f"output_dir={out}",
+            *overrides,
+        )  # fmt: skip
+
+    return make
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +111,7 @@ def files(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def default_export(files, tmp_path_factory) -> tuple[Path, dict[str, int]]:
+def default_export(files, tmp_path_factory, make_cfg) -> tuple[Path, dict[str, int]]:
     """A run of 4 steps on every task type with the default trainer settings (export on), and
     its end-of-run export's files and sizes before the standard export below replaces it."""
     from mtl.cli.job import train as run
@@ -313,7 +309,9 @@ def test_unlabeled_test_split_is_predicted_not_scored(run_dir, loaded, files):
     assert sorted(p.name for p in (run_dir / "predictions").iterdir()) == ["reviews.test.jsonl"]
 
 
-def test_init_from_an_export_folder_gives_its_logits(run_dir, loaded, files, tmp_path, capsys):
+def test_init_from_an_export_folder_gives_its_logits(
+    run_dir, loaded, files, tmp_path, capsys, make_cfg
+):
     from mtl.builders.model import build_model
     from mtl.builders.tasks import build_tasks
 
@@ -331,7 +329,9 @@ def test_init_from_an_export_folder_gives_its_logits(run_dir, loaded, files, tmp
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
 
 
-def test_heads_without_a_transformers_class_are_skipped_with_one_line(files, tmp_path, capsys):
+def test_heads_without_a_transformers_class_are_skipped_with_one_line(
+    files, tmp_path, capsys, make_cfg
+):
     from mtl.builders.model import build_model
     from mtl.builders.tasks import build_tasks
     from mtl.inference.export import write_export
@@ -358,7 +358,7 @@ def test_heads_without_a_transformers_class_are_skipped_with_one_line(files, tmp
     assert set(mtl.load_model(out).tasks) == {"mean_cls", "own_reg", "synthetic_tag"}
 
 
-def test_export_off_and_signal_stop_write_no_export(files, tmp_path, monkeypatch):
+def test_export_off_and_signal_stop_write_no_export(files, tmp_path, monkeypatch, make_cfg):
     from mtl.cli.job import train as run
     from mtl.training.loop import StopSignal
 

@@ -9,13 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import mtl
 from mtl.cli.predict import main
-from mtl.config import register_configs, validate
+from mtl.config import validate
 from mtl.data.bundled import bundled_rows
 from mtl.inference.export import export_model
 from mtl.inference.predict import predict_task
@@ -32,17 +30,12 @@ TASKS = [
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, compose_cfg) -> Path:
     """A run trained 4 steps on every task type, with the config Hydra would have saved."""
     from mtl.training.loop import run
 
     out = tmp_path_factory.mktemp("predict") / "run"
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose(
-            "config", overrides=["debug=fast", f"task=[{','.join(TASKS)}]", f"output_dir={out}"]
-        )
+    cfg = compose_cfg("debug=fast", f"task=[{','.join(TASKS)}]", f"output_dir={out}")
     run(cfg)
     (out / ".hydra").mkdir()
     OmegaConf.save(cfg, out / ".hydra" / "config.yaml")

@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from matplotlib.colors import to_rgba
 
 from mtl.cli.report import main
-from mtl.config import register_configs
 from mtl.reporting import workspace
 from mtl.reporting.figures import (
     directions,
@@ -34,7 +31,7 @@ TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, compose_cfg) -> Path:
     """A real tiny run with the W&B tracker (offline), evaluated every 2 of its 8 steps."""
     out = tmp_path_factory.mktemp("report") / "run"
     overrides = [
@@ -45,10 +42,7 @@ def run_dir(tmp_path_factory) -> Path:
         "trainer.eval_every=2",
         f"output_dir={out}",
     ]
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_cfg(*overrides)
     run(cfg)
     hydra = out / ".hydra"  # what Hydra writes next to a run launched by train.py
     hydra.mkdir()
@@ -162,6 +156,7 @@ def test_sweep_report_bars_the_monitored_value_of_each_job(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
+@pytest.mark.slow  # `python -m mtl.reporting.figures` in a process of its own
 @pytest.mark.parametrize("make", ["missing", "empty", "no_jobs"])
 def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
     folder = tmp_path / "x"
@@ -198,6 +193,7 @@ def load_script():
     return workspace
 
 
+@pytest.mark.slow  # workspace_script: a process of its own
 def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
     script = load_script()
     spec = workspace_script(f"run={run_dir}")
@@ -219,6 +215,7 @@ def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
     ]
 
 
+@pytest.mark.slow  # workspace_script: a process of its own
 def test_workspace_from_task_names_matches_dev_metrics_by_pattern(run_dir):
     spec = workspace_script(f"tasks=[{','.join(TASKS)}]")
     keys = load_script().spec_keys(spec)

@@ -18,12 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mtl.config import register_configs
 from mtl.reporting.sweep import summary_rows, write_summary
 from mtl.training.tracking.window import mix_text, short_names
 
@@ -155,6 +152,7 @@ def test_a_multirun_with_a_failing_job_summarizes_every_job(tmp_path):
     assert "**best**" in best_line and f"{accuracy:.4f}" in best_line
 
 
+@pytest.mark.slow  # SIGTERM to a sweep's process, then a resume as a shell types it
 def test_a_job_stopped_by_a_signal_is_listed_as_stopped_with_how_to_resume(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
@@ -265,13 +263,11 @@ def test_without_a_best_evaluation_the_monitor_is_the_mean_of_the_main_metrics(t
 # --- presets ---------------------------------------------------------------------------------
 
 
-def compose_hydra(*overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        return compose(
-            "config", overrides=[*DEBUG, "output_dir=unused", *overrides], return_hydra_config=True
-        )
+@pytest.fixture
+def compose_hydra(compose_cfg):
+    return lambda *overrides: compose_cfg(
+        *DEBUG, "output_dir=unused", *overrides, hydra_config=True
+    )
 
 
 def needs(module: str) -> None:
@@ -279,7 +275,7 @@ def needs(module: str) -> None:
         pytest.skip(f"{module} is not installed")
 
 
-def test_the_mixing_search_preset():
+def test_the_mixing_search_preset(compose_hydra):
     needs("hydra_plugins.hydra_optuna_sweeper")
     cfg = compose_hydra("hparams_search=mixing")
     sweeper = cfg.hydra.sweeper
@@ -307,14 +303,14 @@ def test_the_mixing_search_preset():
         ),
     ],
 )
-def test_the_launcher_presets(option, module, target, settings):
+def test_the_launcher_presets(option, module, target, settings, compose_hydra):
     needs(module)
     launcher = compose_hydra(f"hydra/launcher={option}").hydra.launcher
     assert launcher._target_.endswith(target)
     assert {key: launcher[key] for key in settings} == settings
 
 
-def test_the_summary_callback_is_on_by_default():
+def test_the_summary_callback_is_on_by_default(compose_hydra):
     cfg = compose_hydra()
     assert cfg.hydra.callbacks.sweep_summary._target_ == "mtl.reporting.sweep.SweepSummary"
 

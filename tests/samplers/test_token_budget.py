@@ -4,16 +4,10 @@ from functools import partial
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtl.artifacts import config_dir
-from mtl.config import register_configs
-from mtl.config.parts import LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError
 from mtl.samplers import TokenBudgetBatchSampler
 from mtl.samplers.token_budget import greedy_cut, split_largest
@@ -115,14 +109,9 @@ def test_split_largest_reaches_the_target(sizes, extra):
     assert set(starts.tolist()) <= set(out.tolist())
 
 
-def test_config_builds_it_the_way_the_training_app_calls_it():
+def test_config_builds_it_the_way_the_training_app_calls_it(compose_cfg):
     """The app calls make_sampler(lengths, batch_size, seed=, num_replicas=, rank=)."""
-    GlobalHydra.instance().clear()
-    register_configs()
-    for name, schema in LOADER_AND_SAMPLER_SCHEMAS.items():
-        ConfigStore.instance().store(name=name, node=schema)
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
-        cfg = compose("config", overrides=["sampler=token_budget", "task=[synthetic_cls]"])
+    cfg = compose_cfg("sampler=token_budget", "task=[synthetic_cls]")
     make_sampler = instantiate(cfg.sampler)
     s = make_sampler([3, 1, 2], 8, seed=1, num_replicas=1, rank=0)
     assert isinstance(s, TokenBudgetBatchSampler)

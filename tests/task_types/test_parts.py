@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 import mtl.task_types as task_types
-from mtl.config import register_configs, validate
+from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.models import heads
 from mtl.task_types import (
@@ -47,11 +46,9 @@ UNION_DEFAULTS = {
 }  # fmt: skip
 
 
-def composed(*overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return compose("config", overrides=["output_dir=unused", *overrides])
+@pytest.fixture
+def composed(compose_cfg):
+    return lambda *overrides: compose_cfg("output_dir=unused", *overrides)
 
 
 @pytest.fixture
@@ -83,7 +80,7 @@ def test_a_mistyped_type_gets_the_closest_name():
 
 
 @pytest.mark.parametrize("path", TASK_FILES, ids=str)
-def test_every_task_file_composes_to_the_values_it_had(path):
+def test_every_task_file_composes_to_the_values_it_had(path, composed):
     name = path.name
     settings = validate(composed(f"task=[{path}]"))
     config = settings.tasks[name]
@@ -94,7 +91,7 @@ def test_every_task_file_composes_to_the_values_it_had(path):
     assert config.type == written["type"] and config.source == written["source"]
 
 
-def test_a_types_own_key_is_checked_and_a_typo_gets_the_closest_name():
+def test_a_types_own_key_is_checked_and_a_typo_gets_the_closest_name(composed):
     settings = validate(composed("task=[squad]", "task.squad.stride=64"))
     assert settings.tasks["squad"].stride == 64
     with pytest.raises(MtlError, match=r"unknown key task.squad.strid; did you mean stride\?"):
@@ -104,7 +101,7 @@ def test_a_types_own_key_is_checked_and_a_typo_gets_the_closest_name():
         validate(composed("task=[synthetic_cls]", "+task.synthetic_cls.stride=64"))
 
 
-def test_a_users_type_adds_a_key_without_editing_mtl(example):
+def test_a_users_type_adds_a_key_without_editing_mtl(example, composed):
     conf = f"hydra.searchpath=[file://{example / 'conf'}]"
     settings = validate(composed(conf, "task=[ratings]", "task.ratings.max_stars=4"))
     ratings = settings.tasks["ratings"]

@@ -217,7 +217,6 @@ def test_stop_signal_requests_a_stop_and_restores_handlers(setup, tmp_path, sign
                 f"mtl: received {name}: saving a checkpoint at step 7 and stopping; "
                 f"resume with trainer.resume={tmp_path}"
             )
-            assert stop.message(7, tmp_path).startswith(f"mtl: received {name}: saving")
         assert signal.getsignal(signum) is before
     finally:
         signal.signal(signum, previous)

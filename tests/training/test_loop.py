@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,6 @@ import torch
 from mtl.training.loop import run
 from mtl.training.tracking.wandb_file import read_history, record_types
 
-ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ["sequential", "round_robin", "random", "mixup"]
 SAMPLERS = ["random", "block_shuffle"]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
@@ -27,7 +26,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("loader", LOADERS)
 def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
-    cfg = make_cfg(f"loader={loader}", f"sampler={sampler}")
+    cfg = make_cfg(f"loader={loader}", f"sampler={sampler}", "trainer.trace=true")
     final = run(cfg).dev
     for task in TASKS:
         assert any(key.startswith(f"eval/{task}/") for key in final)
@@ -40,13 +39,31 @@ def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
             task_losses = [row[f"loss/{t}"] for t in TASKS if f"loss/{t}" in row]
             assert task_losses and all(loss > 0 for loss in task_losses)
             assert row["loss"] > 0
-            shares = [row[f"share/{t}"] for t in TASKS]
-            assert sum(shares) == pytest.approx(1.0)
             assert 0 < row["padding_efficiency"] <= 1
             # sequences per real token: each sequence holds 2 ([CLS] [SEP]) to 64 tokens here
             per_token = row["examples_per_s"] / row["tokens_per_s"]
             assert 1 / 64 <= per_token <= 1 / 2
     assert (tmp_path / "run" / "checkpoints" / "step_0000004").is_dir()
+    assert_shares_are_the_batches_drawn(tmp_path / "run", rows, examples=loader == "mixup")
+
+
+def assert_shares_are_the_batches_drawn(run_dir: Path, rows: list[dict], examples: bool) -> None:
+    """Each logged `share/<task>` is that task's part of the micro-batches the trace says were
+    drawn since the previous logged step (of their examples under mixup, whose batches mix
+    tasks)."""
+    trace = [json.loads(line) for line in (run_dir / "trace_rank0.jsonl").open()]
+    micro = {r["step"]: r["micro"] for r in trace if not r.get("header")}
+    previous = 0
+    for row in (r for r in rows if "loss" in r):
+        counts = dict.fromkeys(TASKS, 0)
+        for step in range(previous + 1, row["step"] + 1):
+            for batch in micro[step]:
+                for task, ids in batch["example_ids"].items():
+                    counts[task] += len(ids) if examples else 1
+        total = sum(counts.values())
+        for task in TASKS:
+            assert row[f"share/{task}"] == pytest.approx(counts[task] / total), (row, task)
+        previous = row["step"]
 
 
 def losses_by_step(run_dir: Path) -> dict[int, dict]:
@@ -78,30 +95,23 @@ def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
 
 
-def test_wandb_offline_run_has_shares_that_sum_to_one(make_cfg, tmp_path):
+def test_wandb_offline_run_logs_the_shares_of_metrics_jsonl(make_cfg, tmp_path):
+    """The W&B history holds each logged step's shares as metrics.jsonl has them (the shares
+    themselves are checked against the batches drawn above), and the target shares."""
     run(make_cfg("logger=wandb", "loader=mixup"))
     files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     history = [row for row in read_history(files[0]) if "loss" in row]
     assert len(history) == 4, record_types(files[0])
-    for row in history:
-        shares = [row[f"share/{t}"] for t in TASKS]
-        assert all(s > 0 for s in shares)
-        assert sum(shares) == pytest.approx(1.0)
+    logged = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    for row, same in zip(history, logged, strict=True):
+        assert row["step"] == same["step"]
+        for task in TASKS:
+            assert row[f"share/{task}"] == pytest.approx(same[f"share/{task}"])
         assert {f"share_target/{t}" for t in TASKS} <= set(row)
 
 
-def train_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args, "debug=fast"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path):
+def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path, train_here):
     data = tmp_path / "bad.jsonl"
     data.write_text("\n".join(json.dumps({"text": f"row {i}", "label": 7}) for i in range(20)))
     task = tmp_path / "conf_extra"
@@ -112,30 +122,27 @@ def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path):
     )
     keep = tmp_path / "run" / "checkpoints" / "step_0000001"
     keep.mkdir(parents=True)
-    result = train_cli(
-        "task=[bad]",
-        f"hydra.searchpath=[file://{task}]",
-        f"output_dir={tmp_path / 'run'}",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 2, result.stderr
-    line = result.stderr.strip().splitlines()
+    code, err = train_here(
+        "task=[bad]", "debug=fast", f"hydra.searchpath=[file://{task}]",
+        f"output_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    assert code == 2, err
+    line = err.strip().splitlines()
     assert len(line) == 1 and "bad" in line[0] and "7" in line[0]
     assert keep.is_dir()
 
 
-@pytest.mark.slow
-def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path):
-    result = train_cli(
+def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path, train_here):
+    code, err = train_here(
         "-m",
+        "debug=fast",
         "loader=sequential,mixup",
         "sampler=random,block_shuffle",
         "logger=wandb",
         "task=[synthetic_cls,synthetic_tag]",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert code == 0, err[-2000:]
     jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
     assert len(jobs) == 4
     for job in jobs:
@@ -205,44 +212,45 @@ def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_pa
     assert "eval/long/accuracy" in final
 
 
-@pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(tmp_path):
-    import signal
-    import time
+class SignalAt:
+    """A hook that sends this process SIGTERM at the end of step `step`, as a scheduler would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, run, progress):
+        if progress.state.step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(make_cfg, tmp_path, capsys):
+    """SIGTERM mid-run (in-process, at step 7; a signal sent from outside to a training process
+    is tests/distributed's and tests/reporting/test_sweep.py's): the run saves that step, says
+    how to resume and writes no outputs; the resume continues the uninterrupted run's losses."""
+    from mtl.cli.job import train
 
     common = [
         "task=[synthetic_cls,synthetic_tag]",
         "loader=random",
-        "trainer.max_steps=60",
+        "trainer.max_steps=20",
         "trainer.epochs=20",
     ]
     full = tmp_path / "full"
-    assert train_cli(*common, f"output_dir={full}", cwd=tmp_path).returncode == 0
+    run(make_cfg(*common, output_dir=full))
     part = tmp_path / "part"
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *common, f"output_dir={part}", "debug=fast"],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    metrics = part / "metrics.jsonl"
-    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 5):
-        assert proc.poll() is None, "the run ended before it could be stopped"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr[-2000:]
-    stopped = [line for line in stderr.splitlines() if "SIGTERM" in line]
-    assert len(stopped) == 1 and "trainer.resume=" in stopped[0]
-    saved = sorted((part / "checkpoints").glob("step_*"))
-    assert len(saved) == 1
-    stop_step = int(saved[0].name.split("_")[1])
-    assert 5 <= stop_step < 60
+    stopped = train(make_cfg(*common, output_dir=part), hooks=[SignalAt(7)])
+    assert stopped.stop == "signal" and stopped.step == 7
+    lines = [line for line in capsys.readouterr().err.splitlines() if "SIGTERM" in line]
+    assert lines == [
+        f"mtl: received SIGTERM: saving a checkpoint at step 7 and stopping; "
+        f"resume with trainer.resume={part}"
+    ]
+    assert [p.name for p in (part / "checkpoints").glob("step_*")] == ["step_0000007"]
+    assert not (part / "results.json").exists()
     resumed = tmp_path / "resumed"
-    result = train_cli(*common, f"trainer.resume={part}", f"output_dir={resumed}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
+    run(make_cfg(*common, f"trainer.resume={part}", output_dir=resumed))
     expected, got = losses_by_step(full), losses_by_step(resumed)
-    assert sorted(got) == list(range(stop_step + 1, 61))
+    assert sorted(got) == list(range(8, 21))
     for step in got:
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
 
@@ -337,7 +345,7 @@ def test_every_task_type_trains_together(make_cfg, tmp_path, loader):
     assert seen == set(ALL_TYPES)
 
 
-def test_a_missing_pair_column_is_one_line(tmp_path):
+def test_a_missing_pair_column_is_one_line(tmp_path, train_here):
     data = tmp_path / "pairs.jsonl"
     data.write_text("\n".join(json.dumps({"text": f"a {i}", "label": i % 2}) for i in range(20)))
     conf = tmp_path / "conf" / "task"
@@ -346,9 +354,12 @@ def test_a_missing_pair_column_is_one_line(tmp_path):
         "# @package task.pairs\ntype: sequence_classification\n"
         f"source: {{path: {data}}}\ntext_pair_column: hypothesis\n"
     )
-    result = train_cli("task=[pairs]", f"hydra.searchpath=[file://{conf.parent}]", cwd=tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
+    code, err = train_here(
+        "task=[pairs]", "debug=fast", f"hydra.searchpath=[file://{conf.parent}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    assert code == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "'hypothesis' missing" in lines[0] and "pairs" in lines[0]
 
 

@@ -205,21 +205,14 @@ def test_process_start_tells_a_reused_pid(tmp_path):
 FAST = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.export=false"]
 
 
-def compose(*overrides: str):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from mtl.config import register_configs
-
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        return hydra_compose("config", overrides=[*FAST, *overrides])
+@pytest.fixture(scope="module")
+def compose(compose_cfg):
+    """`compose(*overrides)`: the real config with FAST and these overrides."""
+    return lambda *overrides: compose_cfg(*FAST, *overrides)
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+def trained(tmp_path_factory, compose) -> Path:
     """A finished 4-step run folder with checkpoints at steps 2 and 4 (copy it to change it)."""
     from mtl.training.loop import run
 
@@ -234,52 +227,57 @@ def copy_of(run_dir: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(run_dir, tmp_path / "copy"))
 
 
-def refused(capsys, *overrides: str) -> str:
-    """The one line a run with these overrides is refused with (status 2)."""
+@pytest.fixture
+def refused(capsys, compose):
+    """`refused(*overrides)`: the one line a run with these overrides is refused with
+    (status 2)."""
     from mtl.cli.job import main
 
-    with pytest.raises(SystemExit) as exit_:
-        main(compose(*overrides))
-    assert exit_.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mtl: error: "), lines
-    return lines[0]
+    def line(*overrides: str) -> str:
+        with pytest.raises(SystemExit) as exit_:
+            main(compose(*overrides))
+        assert exit_.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("mtl: error: "), lines
+        return lines[0]
+
+    return line
 
 
-def test_resume_from_a_missing_folder(tmp_path, capsys):
-    line = refused(capsys, f"trainer.resume={tmp_path}/nope", f"output_dir={tmp_path}/run")
+def test_resume_from_a_missing_folder(tmp_path, refused):
+    line = refused(f"trainer.resume={tmp_path}/nope", f"output_dir={tmp_path}/run")
     assert "no such folder" in line
     assert not (tmp_path / "run" / LOCK).exists()
 
 
-def test_resume_from_a_folder_that_is_not_a_run(tmp_path, capsys):
+def test_resume_from_a_folder_that_is_not_a_run(tmp_path, refused):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "notes.txt").write_text("mine")
-    line = refused(capsys, f"trainer.resume={tmp_path}/notes", f"output_dir={tmp_path}/run")
+    line = refused(f"trainer.resume={tmp_path}/notes", f"output_dir={tmp_path}/run")
     assert "neither a checkpoint folder nor a run folder" in line
 
 
-def test_resume_from_a_run_without_a_checkpoint(tmp_path, capsys):
+def test_resume_from_a_run_without_a_checkpoint(tmp_path, refused):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    line = refused(capsys, f"trainer.resume={tmp_path}/run", f"output_dir={tmp_path}/run")
+    line = refused(f"trainer.resume={tmp_path}/run", f"output_dir={tmp_path}/run")
     assert "no checkpoint in" in line and "start without trainer.resume" in line
 
 
-def test_resume_from_a_run_whose_checkpoints_are_cut_short(trained, tmp_path, capsys):
+def test_resume_from_a_run_whose_checkpoints_are_cut_short(trained, tmp_path, refused):
     run_dir = copy_of(trained, tmp_path)
     for folder in run_dir.glob("checkpoints/step_*"):
         with open(folder / "optimizer.bin", "r+b") as f:
             f.truncate(10)
-    line = refused(capsys, f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
     assert "no complete checkpoint" in line and "optimizer.bin has 10 bytes" in line
 
 
-def test_resume_from_a_damaged_checkpoint(trained, tmp_path, capsys):
+def test_resume_from_a_damaged_checkpoint(trained, tmp_path, refused):
     run_dir = copy_of(trained, tmp_path)
     for name in ("model.safetensors", "optimizer.bin"):
         path = run_dir / "checkpoints" / "step_0000004" / name
         path.write_bytes(b"\0" * path.stat().st_size)  # the size the marker lists, no content
-        line = refused(capsys, f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+        line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
         assert "step_0000004 cannot be loaded" in line and "trainer.resume=" in line
 
 
@@ -298,28 +296,28 @@ def test_resume_from_a_damaged_checkpoint(trained, tmp_path, capsys):
     ],
 )
 def test_resume_with_another_config_names_what_differs(
-    trained, tmp_path, capsys, overrides, differs
+    trained, tmp_path, overrides, differs, refused
 ):
-    line = refused(capsys, *overrides, f"trainer.resume={trained}", f"output_dir={tmp_path}/run")
+    line = refused(*overrides, f"trainer.resume={trained}", f"output_dir={tmp_path}/run")
     assert differs in line
     assert f"model.init_from={trained} instead of trainer.resume={trained}" in line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_resume_with_another_tokenizer(trained, tmp_path, capsys):
+def test_resume_with_another_tokenizer(trained, tmp_path, refused):
     from mtl.data import load_tokenizer
 
     tokenizer = copy.deepcopy(load_tokenizer(None))  # the loaded one is shared
     tokenizer.add_tokens(["zzqx"])
     tokenizer.save_pretrained(tmp_path / "tok")
     line = refused(
-        capsys, f"model.tokenizer={tmp_path}/tok", f"trainer.resume={trained}",
+        f"model.tokenizer={tmp_path}/tok", f"trainer.resume={trained}",
         f"output_dir={tmp_path}/run",
     )  # fmt: skip
     assert "trained with tokenizer '(packaged MiniLM)'" in line and str(tmp_path / "tok") in line
 
 
-def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_path):
+def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_path, compose):
     """A checkpoint saved before checkpoints described their run: the shapes tell."""
     import shutil
 
@@ -368,27 +366,27 @@ def lock_of(run_dir: Path, **holder) -> Path:
     return run_dir / LOCK
 
 
-def test_a_garbage_lock_is_refused_and_kept(tmp_path, capsys):
+def test_a_garbage_lock_is_refused_and_kept(tmp_path, refused):
     lock = tmp_path / "run" / LOCK
     lock.parent.mkdir()
     lock.write_text("{not json")
-    line = refused(capsys, f"output_dir={tmp_path}/run")
+    line = refused(f"output_dir={tmp_path}/run")
     assert f"{lock} is not a lock mtl wrote" in line and f"delete {lock}" in line
     assert lock.read_text() == "{not json"
 
 
-def test_a_lock_of_another_host_is_refused(tmp_path, capsys):
+def test_a_lock_of_another_host_is_refused(tmp_path, refused):
     lock = lock_of(tmp_path / "run", host="elsewhere", pid=os.getpid())
-    line = refused(capsys, f"output_dir={tmp_path}/run")
+    line = refused(f"output_dir={tmp_path}/run")
     assert f"in use by another training, pid {os.getpid()} on elsewhere" in line
     assert json.loads(lock.read_text())["host"] == "elsewhere"
 
 
-def test_a_lock_held_by_a_running_process_is_refused(tmp_path, capsys):
+def test_a_lock_held_by_a_running_process_is_refused(tmp_path, refused):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         lock_of(tmp_path / "run", pid=child.pid, start=process_start(child.pid))
-        line = refused(capsys, f"output_dir={tmp_path}/run")
+        line = refused(f"output_dir={tmp_path}/run")
         assert f"pid {child.pid} on " in line and "in use by another training" in line
     finally:
         child.kill()
@@ -396,7 +394,7 @@ def test_a_lock_held_by_a_running_process_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("reason", ["dead", "reused"])
-def test_a_stale_lock_is_taken_over_in_one_line(tmp_path, capsys, reason):
+def test_a_stale_lock_is_taken_over_in_one_line(tmp_path, capsys, reason, compose):
     from mtl.training.loop import run
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -417,27 +415,29 @@ def test_a_stale_lock_is_taken_over_in_one_line(tmp_path, capsys, reason):
     assert not (tmp_path / "run" / LOCK).exists()
 
 
-def test_a_new_training_into_a_folder_holding_one_is_refused(trained, tmp_path, capsys):
+def test_a_new_training_into_a_folder_holding_one_is_refused(trained, tmp_path, refused):
     before = sorted(p.name for p in trained.rglob("*"))
-    line = refused(capsys, f"output_dir={trained}")
+    line = refused(f"output_dir={trained}")
     assert f"{trained} holds another training (step_0000004)" in line
     assert f"trainer.resume={trained}" in line
-    other = refused(capsys, f"trainer.resume={tmp_path}/x", f"output_dir={trained}")
+    other = refused(f"trainer.resume={tmp_path}/x", f"output_dir={trained}")
     assert "no such folder" in other  # the checkpoint is checked first
     forked = copy_of(trained, tmp_path)
-    line = refused(capsys, f"trainer.resume={forked}", f"output_dir={trained}")
+    line = refused(f"trainer.resume={forked}", f"output_dir={trained}")
     assert "holds another training" in line and "train into a new folder" in line
     assert sorted(p.name for p in trained.rglob("*")) == before
 
 
-def test_a_garbage_wandb_run_id_is_one_line(trained, tmp_path, capsys):
+def test_a_garbage_wandb_run_id_is_one_line(trained, tmp_path, refused):
     run_dir = copy_of(trained, tmp_path)
     (run_dir / "wandb_run_id").write_text("../../x y\n")
-    line = refused(capsys, "logger=wandb", f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    line = refused("logger=wandb", f"trainer.resume={run_dir}", f"output_dir={run_dir}")
     assert "wandb_run_id holds '../../x y', not a W&B run id" in line
 
 
-def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, tmp_path, capsys):
+def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(
+    trained, tmp_path, capsys, compose
+):
     """A run killed after step 4's rows were written but resumed from step 2: the rows of
     steps 3 and 4 are written once, by the resumed run."""
     from mtl.cli.job import train
@@ -463,7 +463,9 @@ def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(trained, t
     assert f"mtl: run folder {run_dir}: results.json" in err
 
 
-def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(tmp_path, capsys):
+def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(
+    tmp_path, capsys, compose
+):
     """Killed before its first checkpoint: the same command again is that run from step 0."""
     from mtl.training.loop import run
 
