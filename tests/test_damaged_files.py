@@ -15,14 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
-from mtl.config import register_configs
 from mtl.training.setup.compile_cache import repair_cache, whole_library
+from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ("debug=fast", "task=[synthetic_cls]", "logger=none")
@@ -34,12 +33,8 @@ def made_run(tmp_path_factory) -> Path:
     from mtl.cli.job import train as run
 
     out = tmp_path_factory.mktemp("damaged") / "run"
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("config", overrides=[*FAST, f"output_dir={out}"])
+    cfg = compose_config(*FAST, f"output_dir={out}")
     run(cfg)
-    GlobalHydra.instance().clear()
     (out / ".hydra").mkdir()
     OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
     return out

@@ -6,8 +6,6 @@ import inspect
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
@@ -15,8 +13,9 @@ from omegaconf import OmegaConf
 from mtl.artifacts import config_dir
 from mtl.balancers import Balancer
 from mtl.balancers.gradients import one_task_steps
-from mtl.config import register_configs, validate
+from mtl.config import validate
 from mtl.config.parts import BALANCER_GIVEN
+from tests.conftest import compose_config
 
 CONF = config_dir()
 TASKS = ["synthetic_cls", "synthetic_tag"]
@@ -24,11 +23,8 @@ OPTIONS = sorted(p.stem for p in (CONF / "balancer").glob("*.yaml"))
 
 
 def compose_with(*overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        base = [f"task=[{','.join(TASKS)}]", "model=tiny", "logger=none"]
-        return compose("config", overrides=[*base, *overrides])
+    base = [f"task=[{','.join(TASKS)}]", "model=tiny", "logger=none"]
+    return compose_config(*base, *overrides)
 
 
 def test_the_default_is_sum():

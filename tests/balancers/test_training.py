@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from mtl.config import register_configs, validate
+from mtl.config import validate
 from mtl.training.launch.distributed import make_accelerator
 from mtl.training.loop import Training
 from mtl.training.setup.run import build_run
+from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]"]
@@ -72,10 +70,7 @@ def summed(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def compose(*overrides: str, output_dir: Path):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        return hydra_compose("config", overrides=[*BASE, f"output_dir={output_dir}", *overrides])
+    return compose_config(*BASE, f"output_dir={output_dir}", *overrides)
 
 
 def test_sum_gives_bit_identical_parameters_to_a_plain_backward(summed, tmp_path):

@@ -16,8 +16,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from safetensors.torch import load_file
 from torch import nn
 from transformers import (
@@ -33,7 +31,6 @@ from transformers import (
 import mtl
 from mtl.cli.job import train
 from mtl.cli.predict import main as predict_main
-from mtl.config import register_configs
 from mtl.data.bundled import bundled_rows
 from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
@@ -54,6 +51,7 @@ from mtl.models.heads import SequenceClassificationHead, TokenClassificationHead
 from mtl.models.packing import Packing
 from mtl.models.tiny import save_tiny_model
 from mtl.task_types import task_config, task_type_class
+from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = [
@@ -107,20 +105,14 @@ _MIXUP_RUNS: dict[str, tuple[Path, Path, str]] = {}
 
 
 def compose_cfg(out: Path, model: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        return compose(
-            "config",
-            overrides=[
-                "debug=fast",
-                "model=minilm",
-                f"model.name_or_path={model}",
-                f"task=[{','.join(TASKS)}]",
-                f"output_dir={out}",
-                *overrides,
-            ],
-        )
+    return compose_config(
+        "debug=fast",
+        "model=minilm",
+        f"model.name_or_path={model}",
+        f"task=[{','.join(TASKS)}]",
+        f"output_dir={out}",
+        *overrides,
+    )
 
 
 def mixup_run(model_type: str, tmp_path_factory) -> tuple[Path, Path, str]:
