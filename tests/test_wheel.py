@@ -77,8 +77,10 @@ def test_wheel_trains_and_predicts_from_an_empty_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     source = copy_source(tmp_path / "source")
     dist = tmp_path / "dist"
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    run([*build, "-w", dist, source], tmp_path, env)
+    build = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation"]
+    built = run([*build, "-w", dist, source], tmp_path, env)
+    # every conf/ folder is a package of the wheel: no setuptools warning per folder
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr
     (wheel,) = dist.glob("mtl_train-*.whl")
 
     venv = tmp_path / "venv"
