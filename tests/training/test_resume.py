@@ -110,7 +110,18 @@ def test_killed_five_times_and_resumed_is_one_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     part = tmp_path / "part"
     rng = random.Random(16)
-    kills, in_save, attempts = 0, 0, 0
+    kills, in_save, attempts, taken_over = 0, 0, 0, 0
+    lock_left = (
+        False  # the last kill left the run's lock (it can land after the lock is given back)
+    )
+
+    def ended(err: str) -> None:
+        nonlocal lock_left, taken_over
+        assert "Traceback" not in err, err[-3000:]
+        assert (f"taking over {part}" in err) == lock_left, err[-3000:]
+        taken_over += lock_left
+        lock_left = False
+
     while True:
         attempts += 1
         assert attempts < 20, "the run kept finishing before it could be killed"
@@ -119,10 +130,11 @@ def test_killed_five_times_and_resumed_is_one_run(tmp_path):
         if kills == 5:
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err[-3000:]
+            ended(err)
             break
         before = logged_rows(part)
         if not wait_for(lambda b=before: logged_rows(part) > b, proc):  # training under way
-            proc.communicate()
+            ended(proc.communicate()[1])
             continue
         if kills % 2:  # as soon as a save is seen under way
             landed = wait_for(lambda: saving(part), proc)
@@ -130,17 +142,17 @@ def test_killed_five_times_and_resumed_is_one_run(tmp_path):
             time.sleep(rng.uniform(0, 1.5))
             landed = proc.poll() is None
         if not landed:
-            proc.communicate()
+            ended(proc.communicate()[1])
             continue
         proc.send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL
-        assert "Traceback" not in err, err[-3000:]
+        ended(err)
+        lock_left = (part / LOCK).exists()
         kills += 1
         in_save += any(p.name.startswith((".tmp-", ".old-")) for p in part.glob("checkpoints/*"))
     print(f"{kills} kills in {attempts} attempts, {in_save} inside a checkpoint save")
-    assert "Traceback" not in err, err[-3000:]
-    assert f"taking over {part}" in err  # the last kill left its lock
+    assert taken_over >= 1, "no kill left a lock to take over"
     assert f"mtl: run folder {part} (resuming at step " in err
     assert in_save >= 1, "no kill landed inside a checkpoint save"
 
