@@ -6,40 +6,18 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import nn
 from torchjd.aggregation import PCGrad, UPGrad
 
 from mtl.balancers import Aggregate
 from mtl.balancers.gradients import TaskGradients
 from mtl.errors import MtlError
+from tests.balancers.toy import OneProcess, Toy
 
 TASKS = ["a", "b", "c"]
 
 
-class Toy(nn.Module):
-    """A shared encoder (two layers) and one head per task, named as MultiTaskModel names them."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.encoder = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 5))
-        self.heads = nn.ModuleDict({t: nn.Linear(5, 1) for t in TASKS})
-
-    def task_losses(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(x)
-        return {t: (self.heads[t](hidden[i::3]) ** 2).mean() for i, t in enumerate(TASKS)}
-
-
-class OneProcess:
-    device, num_processes = torch.device("cpu"), 1
-
-    @staticmethod
-    def unwrap_model(model):
-        return model
-
-
 def test_upgrad_through_mtl_equals_torchjd_on_the_same_task_gradients():
-    model, x = Toy(), torch.randn(12, 4)
+    model, x = Toy(TASKS), torch.randn(12, 4)
     shared = list(model.encoder.parameters())
     rows, head_grads = [], {}
     for t, loss in model.task_losses(x).items():
@@ -62,7 +40,7 @@ def test_upgrad_through_mtl_equals_torchjd_on_the_same_task_gradients():
 
 
 def test_a_group_of_one_task_passes_its_gradient_through():
-    model, x = Toy(), torch.randn(12, 4)
+    model, x = Toy(TASKS), torch.randn(12, 4)
     loss = model.task_losses(x)["b"]
     expected = torch.autograd.grad(loss, list(model.encoder.parameters()))
     gradients = TaskGradients(model, Aggregate(TASKS), OneProcess())

@@ -7,43 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from mtl.balancers import Aggregate, Sum, Uncertainty
+from tests.balancers.toy import OneProcess, Toy
 
 TASKS = ["a", "b"]
-
-
-class Toy(nn.Module):
-    """A shared encoder and one head per task, named as MultiTaskModel names them."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.encoder = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 5))
-        self.heads = nn.ModuleDict({t: nn.Linear(5, 1) for t in TASKS})
-
-    def task_losses(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(x)
-        return {t: (self.heads[t](hidden[i::2]) ** 2).mean() for i, t in enumerate(TASKS)}
-
-
-class OneProcess:
-    device, num_processes = torch.device("cpu"), 1
-
-    @staticmethod
-    def unwrap_model(model):
-        return model
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
 
 
 def grads_of(balancer, weight: float) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The model's gradients after one step of `balancer` on task b's loss alone, and the loss
     the backward path returned."""
-    model, x = Toy(), torch.randn(8, 4)
+    model, x = Toy(TASKS), torch.randn(8, 4)
     update = balancer(TASKS, loss_weights={"b": weight}).backward_path(model, OneProcess())
     loss = update.backward({"b": model.task_losses(x)["b"]}, group=1)
     update.step()
@@ -61,7 +35,7 @@ def test_a_loss_weight_of_two_doubles_the_tasks_gradient_once(balancer):
 
 
 def test_an_aggregation_returns_the_weighted_sum_its_gradients_came_from():
-    model, x = Toy(), torch.randn(8, 4)
+    model, x = Toy(TASKS), torch.randn(8, 4)
     balancer = Aggregate(TASKS, loss_weights={"b": 3.0})
     update = balancer.backward_path(model, OneProcess())
     losses = model.task_losses(x)
@@ -71,7 +45,7 @@ def test_an_aggregation_returns_the_weighted_sum_its_gradients_came_from():
 
 
 def test_uncertainty_weighs_its_whole_term_and_returns_what_it_backpropagated():
-    model, x = Toy(), torch.randn(8, 4)
+    model, x = Toy(TASKS), torch.randn(8, 4)
     balancer = Uncertainty(TASKS, loss_weights={"b": 2.0})
     losses = model.task_losses(x)
     loss = balancer.backward_path(model, OneProcess()).backward(losses, group=1)
