@@ -5,9 +5,10 @@ through `write_folder` or `write_file`: the content is written beside the target
 temporary sibling and renamed into place, so a reader (or a kill) sees the old content or the
 new, never a mix. A target that exists is replaced only when the caller says so (`overwrite`:
 the user's `overwrite=true`, or a name the command owns) or when `ours(target)` recognises it as
-an earlier output of the same kind (an export by its `mtl_tasks.json`). The current folder, a
-folder that holds it, and the `protect`ed folders (the run being read) and their ancestors are
-never written, whatever `overwrite` says.
+an earlier output of the same kind (an export by its `mtl_tasks.json`); `overwrite` replaces a
+folder only if `ours` recognises it or it is empty (else it would remove the user's files). The
+current folder, a folder that holds it, and the `protect`ed folders (the run being read) and
+their ancestors are never written, whatever `overwrite` says.
 
 On Linux the final rename is `renameat2`: `RENAME_NOREPLACE` for a new target (a folder that
 appeared meanwhile is not replaced) and `RENAME_EXCHANGE` to swap a new folder for an old one in
@@ -143,7 +144,17 @@ def check_target(
         raise MtlError(f"{what}={path} is a file, and this writes a folder; give another path")
     if not folder and target.is_dir():
         raise MtlError(f"{what}={path} is a folder, and this writes a file; give a file path")
-    if overwrite or (ours is not None and ours(target)):
+    if ours is not None and ours(target):
+        return target
+    if folder and overwrite and any(target.iterdir()):
+        held = sorted(p.name for p in target.iterdir())
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise MtlError(
+            f"{what}={path} is a folder mtl did not write (it holds {shown}); overwrite=true "
+            "replaces only a folder mtl wrote or an empty one: give another path, or remove it "
+            "yourself"
+        )
+    if overwrite:
         return target
     raise MtlError(f"{what}={path} exists; give overwrite=true to replace it, or another path")
 

@@ -17,6 +17,7 @@ ends the command with one line `mtl: error: ...` on stderr and status 2, as bad 
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -29,10 +30,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from mtl.artifacts import config_dir
+from mtl.artifacts import config_dir, write_file
 from mtl.cli import job
 from mtl.cli.argv import continue_in_place
 from mtl.cli.script import one_line_errors
@@ -45,6 +46,7 @@ from mtl.training.launch.distributed import launch_barrier, start_launch
 
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made
+_record: Path | None = None  # `.hydra/` of a run folder that existed: mtl writes it (see Preflight)
 HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes to .hydra/
 # Options that Hydra plugins add (`hydra/launcher=slurm` builds on submitit_slurm): their package.
 PLUGINS = {
@@ -62,8 +64,9 @@ PLUGINS = {
 def _train(cfg: DictConfig) -> float | None:
     global _in_job
     _in_job = True  # stays set if main raises: a job's error keeps its traceback
+    hooks = [] if _record is None else [RunRecord(cfg, _record)]
     try:
-        result = job.main(cfg)
+        result = job.main(cfg, hooks)
     except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
         if stop.code and in_multirun():
             raise JobFailed.from_exit(stop) from None
@@ -99,14 +102,25 @@ class Preflight(Callback):
     folder's path do not exist yet (a run refused for bad input removes what it made there);
     before a sweep, check the sweeper's settings.
 
+    Hydra writes the run's record (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`) before
+    the job starts. Into a run folder that exists already (a training's, to resume or refuse, or
+    a folder of the user's) it writes nothing: mtl writes the record once the run is accepted
+    (`RunRecord`), so a refused command leaves the folder as it was.
+
     Under a launcher every process looks before any makes the folder (a barrier), so all agree
     on what the launch made; each refused process then removes what is left of it (the last one
     out finds only Hydra's start files, whichever process wrote them)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _made_from
-        _made_from = None
-        folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        global _made_from, _record
+        _made_from, _record = None, None
+        run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        subdir = config.hydra.output_subdir
+        if run_dir.exists() and subdir is not None:
+            _record = run_dir / str(subdir)
+            with read_write(config.hydra):  # the object Hydra's run_job reads next
+                config.hydra.output_subdir = None
+        folder = run_dir
         while not folder.exists() and folder != folder.parent:
             _made_from, folder = folder, folder.parent
         launch_barrier()
@@ -114,6 +128,30 @@ class Preflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with one_line_errors:  # Hydra turns a callback's exceptions into warnings
             check_sweeper(config.hydra.sweeper)
+
+
+class RunRecord:
+    """A training hook: once the run is set up (accepted), rank 0 writes the record Hydra would
+    have written into `folder` (`.hydra/`): the job's config, Hydra's config and the command's
+    overrides, each file whole or not at all."""
+
+    def __init__(self, cfg: DictConfig, folder: Path):
+        self.cfg, self.folder = cfg, folder
+
+    def on_train_start(self, run: Any, progress: Any) -> None:
+        if not run.accelerator.is_main_process:
+            return
+        hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+        with read_write(hydra_cfg.hydra):
+            hydra_cfg.hydra.output_subdir = self.folder.name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        files = {
+            "config.yaml": self.cfg,
+            "hydra.yaml": hydra_cfg,
+            "overrides.yaml": hydra_cfg.hydra.overrides.task,
+        }
+        for name, node in files.items():
+            write_file(self.folder / name, OmegaConf.to_yaml(node), overwrite=True)
 
 
 def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:

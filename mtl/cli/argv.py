@@ -2,19 +2,26 @@
 
 `trainer.resume=<run>` continues that run in its own folder: one run however often it is
 stopped (its W&B run, metrics.jsonl and checkpoints go on there; see
-`mtl.training.checkpoints.resume`).
+`mtl.training.checkpoints.resume`), as it was configured: the overrides of its record
+(`.hydra/overrides.yaml`) come first, then the command's, so `trainer.resume=<run>` alone is the
+whole command again and `trainer.resume=<run> trainer.epochs=4` trains it longer (a command that
+would change what the run trains is refused once the config is composed).
 Unless the command names the run folder itself (`output_dir=`, `hydra.run.dir=`) or is a
-multirun, `continue_in_place` adds `hydra.run.dir=<run>` and `hydra.output_subdir=null`, so Hydra
-neither makes a new folder nor rewrites the run's `.hydra/` (its config stays the one it was
-trained with). To start a new run from a run's weights, use `model.init_from=<run>`, or name
-another folder with `output_dir=`.
+multirun, `continue_in_place` adds `hydra.run.dir=<run>`, so Hydra makes no new folder (the run's
+`.hydra/` is rewritten only once the resume is accepted: `mtl.cli.Preflight`). To start a new
+run from a run's weights, use `model.init_from=<run>`, or name another folder with `output_dir=`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
 from mtl.artifacts import HYDRA_SPECIAL
+from mtl.errors import MtlError
 
 NAMES_THE_FOLDER = ("output_dir=", "+output_dir=", "hydra.run.dir=", "+hydra.run.dir=")
 
@@ -32,9 +39,35 @@ def continue_in_place(argv: list[str]) -> list[str]:
     if run is None:  # not a run folder or one of its checkpoints: the resume check says so
         return argv
     extra = [f"hydra.run.dir='{run}'" if HYDRA_SPECIAL & set(str(run)) else f"hydra.run.dir={run}"]
-    if not any(a.startswith("hydra.output_subdir=") for a in argv):
-        extra.append("hydra.output_subdir=null")
-    return [*argv, *extra]
+    return [*recorded_overrides(run, argv), *argv, *extra]
+
+
+def recorded_overrides(run: Path, argv: list[str]) -> list[str]:
+    """The overrides the run was trained with (its `.hydra/overrides.yaml`), less those of keys
+    the command gives itself and those naming a folder or checkpoint (`output_dir`,
+    `trainer.resume`)."""
+    path = run / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    try:
+        recorded = yaml.safe_load(path.read_text()) or []
+        if not isinstance(recorded, list):
+            raise ValueError("not a list of overrides")
+        parser = OverridesParser.create()
+        typed = [a for a in argv if "=" in a and a[:1] != "-"]
+        given = {_key(o) for o in parser.parse_overrides(typed)}
+        parsed = parser.parse_overrides([str(o) for o in recorded])
+    except (OSError, ValueError, yaml.YAMLError, HydraException) as err:
+        raise MtlError(
+            f"{path} cannot be read ({type(err).__name__}); restore it, or give the run's "
+            "overrides beside trainer.resume"
+        ) from None
+    skip = given | {"output_dir", "trainer.resume"}
+    return [text for text, o in zip(recorded, parsed, strict=True) if _key(o) not in skip]
+
+
+def _key(override) -> str:
+    return override.key_or_group.removeprefix("+")
 
 
 def run_folder(path: str) -> Path | None:

@@ -28,10 +28,11 @@ from mtl.training.state import RunResults, StopReason
 
 
 @one_line_errors
-def main(cfg: DictConfig) -> float:
-    """Train as `cfg` says and return the best value of `trainer.monitor`; exit with status 2
-    and one line on stderr for bad input (an error every rank raised alike: once, by rank 0)."""
-    return train(cfg).best_value
+def main(cfg: DictConfig, hooks: Iterable = ()) -> float:
+    """Train as `cfg` says (with `hooks`) and return the best value of `trainer.monitor`; exit
+    with status 2 and one line on stderr for bad input (an error every rank raised alike: once,
+    by rank 0)."""
+    return train(cfg, hooks).best_value
 
 
 def train(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:

@@ -10,7 +10,9 @@ and a `--flag` are each one line.
 
 `one_line_errors` (a decorator, and a context manager) ends a script on `MtlError`: the line
 `mtl: error: <message>` on stderr and exit status 2, no traceback. An error every rank of a launch
-raises alike (`MtlError(all_ranks=True)`) is printed once, by rank 0.
+raises alike (`MtlError(all_ranks=True)`) is printed once, by rank 0. Ctrl-C that stops a script
+at once (a training's second one: the first saves a checkpoint) is the line `mtl: stopped
+(Ctrl-C)` and status 130, as a shell reports an interrupted command.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from mtl.errors import MtlError, did_you_mean, env_rank
 REQUIRED: Any = object()  # the default of an option that must be given
 KEY = re.compile(r"^[A-Za-z_][\w.\-]*$")
 WIDTH = 100  # of the help text
+INTERRUPTED = (
+    "mtl: stopped (Ctrl-C); a training resumes from its last checkpoint with "
+    "trainer.resume=<its run folder>"
+)
 
 
 class _OneLineErrors(ContextDecorator):
@@ -36,6 +42,10 @@ class _OneLineErrors(ContextDecorator):
         return self
 
     def __exit__(self, kind: Any, err: BaseException | None, trace: Any) -> None:
+        if isinstance(err, KeyboardInterrupt):
+            if env_rank() == 0:
+                print(INTERRUPTED, file=sys.stderr)
+            sys.exit(130)
         if isinstance(err, MtlError):
             if env_rank() == 0 or not err.all_ranks:
                 print(f"mtl: error: {err}", file=sys.stderr)

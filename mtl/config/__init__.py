@@ -54,7 +54,10 @@ class TrainerConfig:
     eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
     checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)
-    keep_last: int | None = None  # keep only the N newest step checkpoints (null: all)
+    # also save at the first step this many minutes after the last checkpoint (null: never), so
+    # a run killed outright loses at most that much; Ctrl-C and SIGTERM save at the next step
+    checkpoint_minutes: float | None = 10.0
+    keep_last: int | None = 1  # keep only the N newest step checkpoints (null: all)
     monitor: str = "eval/mean"  # the figure that picks the best model (eval/mean: mean of mains)
     monitor_mode: str = "max"  # max | min: whether a larger monitored value is better
     patience: int | None = None  # stop after this many evaluations without improvement
@@ -79,6 +82,11 @@ class TrainerConfig:
         _at_least("trainer.eval_batch_size", self.eval_batch_size, 1)
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 1)
         _at_least("trainer.keep_last", self.keep_last, 1)
+        if self.checkpoint_minutes is not None and self.checkpoint_minutes <= 0:
+            raise MtlError(
+                f"trainer.checkpoint_minutes={self.checkpoint_minutes} must be > 0; null saves "
+                "only every trainer.checkpoint_every steps and at the end"
+            )
         _at_least("trainer.patience", self.patience, 1)
         _one_of("trainer.monitor_mode", self.monitor_mode, ("max", "min"))
         _at_least("trainer.log_every", self.log_every, 1)

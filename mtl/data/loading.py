@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -45,4 +47,11 @@ def task_loader(
         pin_memory=pin_memory,
         persistent_workers=persistent_workers and num_workers > 0,
         generator=generator,
+        worker_init_fn=ignore_ctrl_c if num_workers else None,
     )
+
+
+def ignore_ctrl_c(worker_id: int) -> None:
+    """In a DataLoader worker: Ctrl-C reaches the whole process group, and the training decides
+    what it means (a checkpoint at the next step), so the worker goes on serving batches."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -3,6 +3,8 @@ progress bar. Nothing the loop computes depends on them.
 
 A hook is any object with some of these methods (each is optional):
 
+- `on_train_start(run, progress)`: once the run is set up (a resumed run's checkpoint loaded),
+  before its first step.
 - `batches(batches) -> iterator`: wraps the iterator an epoch draws its batches from (the
   loader's, from where it resumes); the loop takes the returned iterator. It runs lazily, so a
   wrapper sees each request for a batch and when the epoch stops asking.
@@ -25,7 +27,7 @@ from collections.abc import Iterable, Iterator
 
 from mtl.training.tracking.window import mix_text
 
-EVENTS = ("on_micro_step", "on_step_end", "on_log", "on_train_end")
+EVENTS = ("on_train_start", "on_micro_step", "on_step_end", "on_log", "on_train_end")
 
 
 class Hooks:

@@ -12,10 +12,11 @@ lasts `trainer.epochs` epochs, or `trainer.max_steps` optimizer steps if that co
 LR schedule's horizon is that exact number of optimizer steps, summed over the epochs' own
 lengths (`planned_steps`: the loader's schedules are pure functions of seed and epoch, so the
 lengths are known up front). Evaluation runs after each epoch (and every `trainer.eval_every`
-steps); a checkpoint is saved every `trainer.checkpoint_every` steps and at the end, and
+steps); a checkpoint is saved every `trainer.checkpoint_every` steps, at the first step
+boundary `trainer.checkpoint_minutes` after the last one (rank 0's clock), and at the end, and
 `trainer.resume=<folder>` continues exactly where it stopped. A run stops for one reason
-(`StopReason`): its steps or epochs are done, early stopping, or a stop signal (then only a
-checkpoint is saved: no final evaluation or test).
+(`StopReason`): its steps or epochs are done, early stopping, or a stop signal (Ctrl-C, SIGTERM,
+SIGUSR1: then only a checkpoint is saved, no final evaluation or test).
 
 Several processes (DDP through accelerate): every rank takes the same task(s) at every step (the
 loader's schedule is seeded, not drawn from the global RNG) from its own shard of each task, so the
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -82,6 +84,7 @@ class Training:
         self.run, self.progress = run, progress
         self.state, self.hooks = progress.state, run.hooks
         self.signal: StopSignal | None = None
+        self.last_saved = time.monotonic()  # when the last checkpoint was saved (or the start)
         self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
         self.update = run.balancer.backward_path(run.model, run.accelerator)
         self.diagnostics = None
@@ -90,6 +93,7 @@ class Training:
 
     def train(self) -> RunResults:
         self.run.model.train()
+        self.hooks.call("on_train_start", self.run, self.progress)
         with StopSignal() as self.signal:
             while not self.stopped():
                 self.train_epoch()
@@ -159,10 +163,13 @@ class Training:
             self.evaluate()
         if t.diagnose_every and step % t.diagnose_every == 0:
             self.run.logger.log(self.diagnose(), step=step)
-        if self.signal.should_stop(run.accelerator):
+        minutes = t.checkpoint_minutes
+        due = minutes is not None and time.monotonic() - self.last_saved >= 60 * minutes
+        boundary = self.signal.agree(run.accelerator, checkpoint_due=due)
+        if boundary.stop:
             run.accelerator.print(self.signal.message(step, run.run_dir), file=sys.stderr)
             self.progress.stop = StopReason.SIGNAL
-        elif t.checkpoint_every and step % t.checkpoint_every == 0:
+        elif boundary.checkpoint or (t.checkpoint_every and step % t.checkpoint_every == 0):
             self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -171,6 +178,7 @@ class Training:
         self.state.metrics_rows = run.logger.rows
         keep = run.settings.trainer.keep_last
         save_checkpoint(run.accelerator, run.run_dir, self.state.step, keep, run.description)
+        self.last_saved = time.monotonic()
 
     def log_window(self) -> None:
         """Losses, shares, padding and throughput of the steps since the last window."""
@@ -257,7 +265,9 @@ class Training:
         results = self.results(self.evaluate_test())
         run.logger.close()
         if run.accelerator.is_main_process:
-            print_summary(p.last_eval, run.tasks)
+            print_summary(
+                p.last_eval, run.tasks, self.state.best, self.state.best_step, self.state.step
+            )
             (run.run_dir / "results.json").write_text(json.dumps(results.summary(), indent=2))
         run.accelerator.wait_for_everyone()
         return results

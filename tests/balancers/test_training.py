@@ -139,7 +139,14 @@ def losses_by_step(run_dir: Path) -> dict[int, dict]:
 def test_resume_with_uncertainty_continues_exactly(tmp_path):
     common = ["balancer=uncertainty", "loader=mixup", "trainer.epochs=2", "trainer.max_steps=6"]
     common += ["trainer.export=false"]
-    full = train(compose(*common, "trainer.checkpoint_every=3", output_dir=tmp_path / "full"))
+    full = train(
+        compose(
+            *common,
+            "trainer.checkpoint_every=3",
+            "trainer.keep_last=null",
+            output_dir=tmp_path / "full",
+        )
+    )
     checkpoint = tmp_path / "full" / "checkpoints" / "step_0000003"
     resumed = train(compose(*common, f"trainer.resume={checkpoint}", output_dir=tmp_path / "res"))
     expected, got = losses_by_step(tmp_path / "full"), losses_by_step(tmp_path / "res")

@@ -165,7 +165,8 @@ def test_dist_default_config_is_one_run(tmp_path, launcher):
     assert_ranks_in_step(ranks)
     assert_disjoint_shards(run_dir, ranks, exact=True)
     assert_logged_once(run_dir, ranks, mixup=False)
-    assert len(re.findall(r"^task +type +metric +dev$", output, re.MULTILINE)) == 1
+    header = r"^task +type +metric +best \(step \d+\) +last \(step \d+\)$"
+    assert len(re.findall(header, output, re.MULTILINE)) == 1
 
 
 WRONG_DEVICE = """
@@ -314,6 +315,7 @@ RESUME = [
     "sampler=block_shuffle",
     "trainer.epochs=3",
     "trainer.checkpoint_every=1",
+    "trainer.keep_last=null",
     "data.max_examples=48",
 ]
 

@@ -22,7 +22,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ["model=tiny", "debug=fast", "logger=none"]  # the README's multi-node example
-RUN = ["trainer.epochs=2", "trainer.checkpoint_every=2", "trainer.trace=true"]
+RUN = [
+    "trainer.epochs=2",
+    "trainer.checkpoint_every=2",
+    "trainer.keep_last=null",
+    "trainer.trace=true",
+]
 RUN += ["trainer.dist_timeout_s=30"]  # a collective left waiting fails in 30 s
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

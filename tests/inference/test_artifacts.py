@@ -87,11 +87,19 @@ def test_export_onto_what_exists_is_refused_and_changes_nothing(
 
 
 def test_overwrite_true_replaces_a_folder_and_a_file_stays_refused(run_dir, tmp_path, capsys):
+    """overwrite=true replaces an empty folder or an export; a folder of the user's (its
+    notes.txt) is refused with what it holds, and left as it was."""
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "old.txt").write_text("old")
-    export_main([str(run_dir), str(tmp_path / "out"), "overwrite=true"])
-    assert (tmp_path / "out" / "mtl_tasks.json").is_file()
-    assert not (tmp_path / "out" / "old.txt").exists()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    err = one_line_error(
+        capsys, lambda: export_main([str(run_dir), str(tmp_path / "out"), "overwrite=true"])
+    )
+    assert "is a folder mtl did not write (it holds notes.txt)" in err
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    (tmp_path / "out" / "notes.txt").unlink()
+    for _ in range(2):  # the empty folder, then the export written there
+        export_main([str(run_dir), str(tmp_path / "out"), "overwrite=true"])
+        assert (tmp_path / "out" / "mtl_tasks.json").is_file()
     (tmp_path / "file").write_text("keep")
     capsys.readouterr()
     one_line_error(

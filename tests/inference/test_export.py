@@ -360,12 +360,13 @@ def test_heads_without_a_transformers_class_are_skipped_with_one_line(
 
 def test_export_off_and_signal_stop_write_no_export(files, tmp_path, monkeypatch, make_cfg):
     from mtl.cli.job import train as run
+    from mtl.training.checkpoints.signals import Boundary
     from mtl.training.loop import StopSignal
 
     run(make_cfg(files, tmp_path / "off", "task=[synthetic_cls]", "trainer.export=false"))
     assert (tmp_path / "off" / "results.json").is_file()
     assert not (tmp_path / "off" / "export").exists()
-    monkeypatch.setattr(StopSignal, "should_stop", lambda self, accelerator: True)
+    monkeypatch.setattr(StopSignal, "agree", lambda self, *_, **__: Boundary(True, False))
     run(make_cfg(files, tmp_path / "stopped", "task=[synthetic_cls]"))
     assert (tmp_path / "stopped" / "checkpoints").is_dir()
     assert not (tmp_path / "stopped" / "results.json").exists()

@@ -99,6 +99,7 @@ MIXUP = [
     "trainer.epochs=2",
     "trainer.max_steps=4",
     "trainer.checkpoint_every=2",
+    "trainer.keep_last=null",
     "trainer.export=false",
 ]
 _MIXUP_RUNS: dict[str, tuple[Path, Path, str]] = {}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from mtl.training.loop import run
 from mtl.training.tracking.wandb_file import read_history, record_types
@@ -85,7 +87,8 @@ def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
     full = tmp_path / "full"
     run(make_cfg(*common, output_dir=full))
     part = tmp_path / "part"
-    run(make_cfg(*common, "trainer.max_steps=10", "trainer.checkpoint_every=3", output_dir=part))
+    part_cfg = ("trainer.max_steps=10", "trainer.checkpoint_every=3", "trainer.keep_last=null")
+    run(make_cfg(*common, *part_cfg, output_dir=part))
     resumed = tmp_path / "resumed"
     ckpt = part / "checkpoints" / "step_0000006"
     run(make_cfg(*common, f"trainer.resume={ckpt}", output_dir=resumed))
@@ -213,14 +216,16 @@ def test_max_length_above_the_encoder_is_clamped_with_a_warning(make_cfg, tmp_pa
 
 
 class SignalAt:
-    """A hook that sends this process SIGTERM at the end of step `step`, as a scheduler would."""
+    """A hook that sends this process `signum` (SIGTERM, as a scheduler would) `times` times at
+    the end of step `step`."""
 
-    def __init__(self, step: int):
-        self.step = step
+    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1):
+        self.step, self.signum, self.times = step, signum, times
 
     def on_step_end(self, run, progress):
         if progress.state.step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
 
 
 def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(make_cfg, tmp_path, capsys):
@@ -255,10 +260,68 @@ def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(make_cfg, tmp_p
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6)
 
 
-def test_best_model_and_early_stopping(make_cfg, tmp_path):
+def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_bit_equal(make_cfg, tmp_path, capsys):
+    """Ctrl-C (SIGINT) at a random step stops as SIGTERM does: a checkpoint at that step, one
+    line saying how to resume, no outputs; the resumed run ends with the weights of the run
+    never stopped, bit for bit."""
+    from mtl.cli.job import train
+
+    common = ["task=[synthetic_cls,synthetic_tag]", "trainer.max_steps=12", "trainer.epochs=20"]
+    full = tmp_path / "full"
+    run(make_cfg(*common, output_dir=full))
+    part, step = tmp_path / "part", random.randrange(1, 12)
+    stopped = train(make_cfg(*common, output_dir=part), hooks=[SignalAt(step, signal.SIGINT)])
+    assert (stopped.stop, stopped.step) == ("signal", step)
+    err = capsys.readouterr().err
+    assert "mtl: Ctrl-C: stopping after this step with a checkpoint" in err
+    assert (
+        f"mtl: received SIGINT: saving a checkpoint at step {step} and stopping; "
+        f"resume with trainer.resume={part}"
+    ) in err
+    assert "Traceback" not in err and not (part / "results.json").exists()
+    train(make_cfg(*common, f"trainer.resume={part}", output_dir=part))
+    want, got = (load_file(last_checkpoint(d) / "model.safetensors") for d in (full, part))
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want), f"stopped at step {step}"
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    return sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(make_cfg, tmp_path, capsys):
+    """Ctrl-C twice: the user wants out now (status 130, as a shell reports an interrupted
+    command; one line, no traceback); nothing is saved for the step under way."""
+    from mtl.cli.job import train
+    from mtl.cli.script import one_line_errors
+
+    cfg = make_cfg("trainer.max_steps=12", "trainer.epochs=20", "trainer.checkpoint_every=2")
+    with pytest.raises(SystemExit) as stop, one_line_errors:
+        train(cfg, hooks=[SignalAt(5, signal.SIGINT, times=2)])
+    assert stop.value.code == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        "mtl: stopped (Ctrl-C); a training resumes from its last checkpoint with "
+        "trainer.resume=<its run folder>"
+    )
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*")] == ["step_0000004"]
+
+
+@pytest.mark.parametrize("minutes", ["null", "1e-9"])
+def test_timed_checkpoints(make_cfg, tmp_path, minutes):
+    """`trainer.checkpoint_minutes`: a checkpoint at the first step that long after the last
+    one (here: every step), besides the one at the end; null: only the end's."""
+    run(make_cfg(f"trainer.checkpoint_minutes={minutes}", "trainer.keep_last=null"))
+    steps = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*"))
+    every = [f"step_000000{i}" for i in range(1, 5)]
+    assert steps == (["step_0000004"] if minutes == "null" else every)
+
+
+def test_best_model_and_early_stopping(make_cfg, tmp_path, capsys):
     """A monitored figure that is best early (the MSE of a regression task, taken as 'max'):
     the best step is the arg-max over the logged evaluations, the run stops `patience`
-    evaluations after it, and `main` returns the best value."""
+    evaluations after it, `main` returns the best value, and the closing table shows the best
+    evaluation and the last, each named by its step."""
     from mtl.cli.job import main
 
     cfg = make_cfg(
@@ -281,6 +344,15 @@ def test_best_model_and_early_stopping(make_cfg, tmp_path):
     assert steps[-1] == steps[steps.index(best_step) + 3] < 40  # stopped by patience
     best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "best.json").read_text())
     assert best["step"] == best_step
+    table = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert table[0].endswith(f"  best (step {best_step})  last (step {steps[-1]})")
+    last = next(r for r in reversed(rows) if "eval/mean" in r)
+    for line, (task, metric) in zip(
+        table[1:], [("synthetic_cls", "accuracy"), ("synthetic_reg", "pearson")], strict=True
+    ):
+        shown = [float(v) for v in line.split()[-2:]]
+        key = f"eval/{task}/{metric}"
+        assert shown == pytest.approx([results["best"][key], last[key]], abs=5e-5)
     for row in rows:  # eval/mean is the mean of each task's main metric
         if "eval/mean" in row:
             mean = (row["eval/synthetic_cls/accuracy"] + row["eval/synthetic_reg/pearson"]) / 2
@@ -469,7 +541,7 @@ def test_resume_keeps_the_best_model_and_early_stops_at_the_same_step(make_cfg, 
     expected = run(make_cfg(*common, output_dir=full))
     assert expected.stop == "early_stop" and expected.best_step < 6  # the case to resume
     part = tmp_path / "part"
-    run(make_cfg(*common, "trainer.checkpoint_every=3", output_dir=part))
+    run(make_cfg(*common, "trainer.checkpoint_every=3", "trainer.keep_last=null", output_dir=part))
     checkpoint = part / "checkpoints" / "step_0000006"
     for resumed in (tmp_path / "elsewhere", part):  # another folder, then the run's own
         got = run(make_cfg(*common, f"trainer.resume={checkpoint}", output_dir=resumed))

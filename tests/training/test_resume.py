@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from mtl.errors import MtlError
 from mtl.training.checkpoints.runlock import LOCK, process_start
 from mtl.training.tracking.wandb_file import read_history
 
@@ -229,7 +230,7 @@ def trained(tmp_path_factory, compose) -> Path:
     from mtl.training.loop import run
 
     run_dir = tmp_path_factory.mktemp("trained") / "run"
-    run(compose(f"output_dir={run_dir}", "trainer.checkpoint_every=2"))
+    run(compose(f"output_dir={run_dir}", "trainer.checkpoint_every=2", "trainer.keep_last=2"))
     return run_dir
 
 
@@ -478,13 +479,41 @@ def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(
 def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(
     tmp_path, capsys, compose
 ):
-    """Killed before its first checkpoint: the same command again is that run from step 0."""
+    """Killed before its first checkpoint: the same command again is that run from step 0 (its
+    record, `.hydra/config.yaml`, says it is the same); another config, or a folder with no
+    record, is refused and left as it was."""
+    from omegaconf import OmegaConf
+
     from mtl.training.loop import run
 
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "lo')
-    run(compose(f"output_dir={run_dir}"))
+    cfg = compose(f"output_dir={run_dir}")
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    before = listing(run_dir)
+    with pytest.raises(MtlError, match=r"holds another training \(metrics.jsonl, no checkpoint"):
+        run(compose(f"output_dir={run_dir}", "seed=5"))
+    assert listing(run_dir) == before
+    run(cfg)
     steps = [r["step"] for r in rows(run_dir)]
     assert steps == [1, 2, 3, 4, 4] and rows(run_dir)[0]["loss"] != 9.0
     assert "error" not in capsys.readouterr().err
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
+    before = listing(bare)
+    with pytest.raises(MtlError, match="whose config is unknown"):
+        run(compose(f"output_dir={bare}"))
+    assert listing(bare) == before
+
+
+def listing(folder: Path) -> dict[str, str]:
+    """Every file under `folder` by its path, with its sha256."""
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

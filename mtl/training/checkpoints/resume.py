@@ -8,7 +8,9 @@
   which the resumed run does not send again.
 - `check_compatible` compares the checkpoint's tasks, heads and encoder with the run's model
   before anything is loaded; a mismatch is one line that names what differs.
-- `check_run_folder` refuses a training into a folder that holds another one.
+- `check_run_folder` refuses a training into a folder that holds another one (a checkpoint, the
+  rows of metrics.jsonl, a best model, results or an export), and a resume whose command would
+  change what the run trains (`changed_settings`: its config against the run's `.hydra/` record).
 - `make_logger` puts these together for the training loop.
 """
 
@@ -21,7 +23,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
 from mtl.config import Settings
@@ -31,6 +34,18 @@ from mtl.training.tracking.logger import RunLogger, run_group, run_name
 from mtl.training.tracking.wandb_file import read_history
 
 RUN_ID_FILE = "wandb_run_id"
+RECORD = Path(".hydra") / "config.yaml"  # the config a run trains with (Hydra's, or mtl's record)
+# What a resumed run may change: how long it trains, how often it logs, evaluates and saves, and
+# how it runs; every other setting is what the run trains (tasks, model, loader, ...).
+CHANGEABLE = (
+    "output_dir", "trainer.resume", "trainer.epochs", "trainer.max_steps", "trainer.patience",
+    "trainer.eval_every", "trainer.eval_batch_size", "trainer.checkpoint_every",
+    "trainer.checkpoint_minutes", "trainer.keep_last", "trainer.log_every",
+    "trainer.progress_bar", "trainer.trace", "trainer.diagnose_every", "trainer.export",
+    "trainer.dist_timeout_s", "trainer.keep_freed_memory", "trainer.compile",
+    "trainer.compile_backend", "data.num_workers", "data.pin_memory",
+    "data.persistent_workers", "logger",
+)  # fmt: skip
 DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
 METRICS = "metrics.jsonl"
 
@@ -237,23 +252,27 @@ class Start:
         return (0, 0) if self.restart else None
 
 
-def find_start(resume: str | None, run_dir: Path) -> Start:
-    """The start `trainer.resume` asks for in `run_dir`; a folder that holds another training
-    is refused (`check_run_folder`)."""
+def find_start(resume: str | None, run_dir: Path, cfg: DictConfig | None = None) -> Start:
+    """The start `trainer.resume` asks for in `run_dir` with config `cfg`; a folder that holds
+    another training is refused (`check_run_folder`)."""
     option = f"trainer.resume={resume}"
     checkpoint = resolve_checkpoint(resume) if resume else None
     same_run = checkpoint is not None and run_of(checkpoint) == Path(run_dir).resolve()
-    restart = check_run_folder(run_dir, same_run, resume)
+    restart = check_run_folder(run_dir, same_run, resume, cfg)
     return Start(option, checkpoint, same_run, restart)
 
 
-def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
-    """Refuse to train into a folder that holds another training (a complete checkpoint),
-    unless this is that training resumed (`same_run`). True when the folder holds only the
-    rows of an attempt killed before its first checkpoint: this start is that run again."""
-    if same_run:
-        return False
+def check_run_folder(
+    run_dir: Path, same_run: bool, resume: str | None, cfg: DictConfig | None = None
+) -> bool:
+    """Refuse to train into a folder that holds another training, unless this is that training
+    resumed (`same_run`, with no setting changed that it trained with) or, where it saved no
+    checkpoint yet (killed before its first), started again with its own config (`cfg` against
+    its record): then True, this start is that run again."""
     run_dir = Path(run_dir)
+    if same_run:
+        check_unchanged(run_dir, cfg, f"trainer.resume={resume}")
+        return False
     found = [p.name for p in sorted(run_dir.glob("checkpoints/step_*")) if (p / MARKER).is_file()]
     if found:
         fix = (
@@ -262,8 +281,92 @@ def check_run_folder(run_dir: Path, same_run: bool, resume: str | None) -> bool:
             else f"continue it with trainer.resume={run_dir}, or train into a new folder"
         )
         raise MtlError(f"{run_dir} holds another training ({found[-1]}); {fix}", all_ranks=True)
+    traces = training_traces(run_dir)
+    if not traces:
+        return False
+    what = f"{run_dir} holds another training ({', '.join(traces)}, no checkpoint)"
+    changed = None if cfg is None else changed_settings(run_dir, cfg)
+    if changed is None:
+        raise MtlError(
+            f"{what}, whose config is unknown (no {RECORD}); train into a new folder",
+            all_ranks=True,
+        )
+    if changed:
+        raise MtlError(
+            f"{what}, trained with {changed[0]}; train into a new folder, or give its settings "
+            "to start it again from step 0",
+            all_ranks=True,
+        )
+    return True
+
+
+def training_traces(run_dir: Path) -> list[str]:
+    """What a training left in `run_dir` besides its checkpoints: metrics.jsonl rows, a best
+    model, results, an export."""
     metrics = run_dir / METRICS
-    return metrics.is_file() and metrics.stat().st_size > 0
+    traces = [METRICS] if metrics.is_file() and metrics.stat().st_size > 0 else []
+    for name in ("checkpoints/best", "results.json", "export"):
+        if (run_dir / name).exists():
+            traces.append(name)
+    return traces
+
+
+def check_unchanged(run_dir: Path, cfg: DictConfig | None, option: str) -> None:
+    """One line when the resuming command changes a setting the run trained with."""
+    changed = None if cfg is None else changed_settings(run_dir, cfg)
+    if changed:
+        raise MtlError(
+            f"{option}: the run trained with {changed[0]}, the command says {changed[1]}; drop "
+            "that override to continue it as it was trained (a resume may change only how long "
+            f"it trains and how it logs, saves and runs), or start from its weights in a new "
+            f"folder: model.init_from={run_dir}",
+            all_ranks=True,
+        )
+
+
+def changed_settings(run_dir: Path, cfg: DictConfig) -> tuple[str, str] | None:
+    """The first setting (other than `CHANGEABLE` ones) where `cfg` differs from the run's
+    record, as (`key=<recorded>`, `key=<cfg's>`); () when none differs; None without a record."""
+    path = Path(run_dir) / RECORD
+    try:
+        recorded = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, yaml.YAMLError) as err:
+        raise MtlError(f"{path} cannot be read ({type(err).__name__}); restore it") from None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    ours = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    tasks = [sorted(recorded.get("task") or {}), sorted(ours.get("task") or {})]
+    if tasks[0] != tasks[1]:
+        return f"task=[{','.join(tasks[0])}]", f"task=[{','.join(tasks[1])}]"
+    theirs, mine = _flat(recorded), _flat(ours)
+    for key in sorted(theirs.keys() | mine.keys()):
+        if any(key == c or key.startswith(c + ".") for c in CHANGEABLE):
+            continue
+        if theirs.get(key, UNSET) != mine.get(key, UNSET):
+            return (
+                f"{key}={_value(theirs.get(key, UNSET))}",
+                f"{key}={_value(mine.get(key, UNSET))}",
+            )
+    return ()
+
+
+UNSET = "<unset>"
+
+
+def _value(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """`{"a": {"b": 1}}` as `{"a.b": 1}` (lists and empty mappings are values)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:

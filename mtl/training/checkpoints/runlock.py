@@ -8,8 +8,9 @@ naming the holder. A lock whose holder is gone (same host, and the pid is not ru
 running but started at another time: a reused pid) is taken over, said in one line. A lock of
 another host is never taken over: this host cannot tell whether that process still runs.
 
-The lock is written to a temporary file and renamed into place, under an `flock` of
-`<run>/.mtl-lock.guard`, so two trainings starting at once on one host cannot both take it.
+The lock is written to a temporary file and renamed into place, under an `flock` of the run
+folder itself, so two trainings starting at once on one host cannot both take it (and a start
+that is refused leaves no file behind).
 With several ranks, rank 0 takes the lock and tells every rank the outcome, so a refusal is
 raised by every rank alike (`RunFolder.take`).
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 from mtl.errors import MtlError
 
 LOCK = ".mtl-lock"
-GUARD = ".mtl-lock.guard"
+GUARD = ".mtl-lock.guard"  # the flock's file of earlier versions (a start file: mtl.cli)
 
 
 def process_start(pid: int) -> str | None:
@@ -93,7 +94,8 @@ def take_lock(run_dir: Path) -> str | None:
     was taken over (else None); raises a one-line MtlError when a running process holds it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK
-    with open(run_dir / GUARD, "a") as guard:
+    guard = os.open(run_dir, os.O_RDONLY)
+    try:
         fcntl.flock(guard, fcntl.LOCK_EX)
         holder = read_lock(path)
         mine = me()
@@ -111,6 +113,8 @@ def take_lock(run_dir: Path) -> str | None:
         tmp = path.with_name(f"{LOCK}.{mine['pid']}.tmp")
         tmp.write_text(json.dumps(mine))
         os.replace(tmp, path)
+    finally:
+        os.close(guard)  # and its flock with it
     return said
 
 

@@ -1,31 +1,51 @@
-"""Stop signals: SIGTERM and SIGUSR1 (SLURM's warning signal, `--signal=USR1@<s>`) become a
-request to save a checkpoint and stop at the next optimizer-step boundary, the same step on
-every rank."""
+"""Stop signals: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (SLURM's warning signal,
+`--signal=USR1@<s>`) become a request to save a checkpoint and stop at the next optimizer-step
+boundary, the same step on every rank; a second Ctrl-C stops at once (KeyboardInterrupt). The same
+agreement at each step boundary says when a timed checkpoint (`trainer.checkpoint_minutes`) is
+due, by rank 0's clock."""
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from mtl.artifacts import resume_override
+from mtl.errors import env_rank
 
 STOP_MESSAGE = (
     "mtl: received {signal}: saving a checkpoint at step {step} and stopping; resume with {resume}"
 )
+CTRL_C_MESSAGE = (
+    "mtl: Ctrl-C: stopping after this step with a checkpoint; Ctrl-C again stops at once, losing "
+    "the steps since the last checkpoint"
+)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """What every rank agreed at one optimizer-step boundary: stop there (a signal), and save a
+    timed checkpoint there."""
+
+    stop: bool
+    checkpoint: bool
 
 
 class StopSignal:
-    """Turns SIGTERM and SIGUSR1 into a request to save a checkpoint and stop.
+    """Turns Ctrl-C (SIGINT), SIGTERM and SIGUSR1 into a request to save a checkpoint and stop.
 
     Creating it installs handlers for both signals in this process; `close()` (or leaving the
     `with` block) puts the previous handlers back. A handler only records the signal, so the step
     under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
     it is True from the first step boundary at which any rank has received a signal, on every
     rank alike (on several processes, a tiny all-reduce of the flag), so all ranks save the same
-    step. Use in the loop:
+    step. A second Ctrl-C raises KeyboardInterrupt in the main thread: the user wants out now.
+    `agree(accelerator, checkpoint_due)` is the same all-reduce, carrying rank 0's verdict on a
+    timed checkpoint as well. Use in the loop:
 
         with StopSignal() as stop:
             for ...:  # one optimizer step
@@ -39,10 +59,13 @@ class StopSignal:
     never asks to stop.
     """
 
-    SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s)
+    SIGNALS = tuple(
+        s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s
+    )
 
     def __init__(self):
         self.received = 0  # number of the signal this process received, 0 before any
+        self.interrupts = 0  # Ctrl-Cs received
         self.agreed = 0  # the signal the ranks agreed to stop for (highest number), 0 before
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -50,18 +73,31 @@ class StopSignal:
                 self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                raise KeyboardInterrupt
+            if env_rank() == 0:  # a terminal's Ctrl-C reaches every process of a launch
+                print(CTRL_C_MESSAGE, file=sys.stderr, flush=True)
         self.received = self.received or signum
 
     def should_stop(self, accelerator) -> bool:
         """Whether to save and stop at this step boundary (a collective on several processes)."""
+        return self.agree(accelerator).stop
+
+    def agree(self, accelerator, checkpoint_due: bool = False) -> Boundary:
+        """Whether to stop at this step boundary (a signal on any rank) and whether to save a
+        timed checkpoint (`checkpoint_due` on rank 0): one collective on several processes."""
         if self.agreed:
-            return True
+            return Boundary(True, False)
         if accelerator.num_processes == 1:
             self.agreed = self.received
-        else:
-            flag = torch.tensor([self.received], dtype=torch.int32, device=accelerator.device)
-            self.agreed = int(accelerator.reduce(flag, reduction="max").item())
-        return bool(self.agreed)
+            return Boundary(bool(self.agreed), checkpoint_due)
+        due = int(checkpoint_due and accelerator.is_main_process)
+        flags = torch.tensor([self.received, due], dtype=torch.int32, device=accelerator.device)
+        agreed = accelerator.reduce(flags, reduction="max").tolist()
+        self.agreed = int(agreed[0])
+        return Boundary(bool(self.agreed), bool(agreed[1]) and not self.agreed)
 
     @property
     def signal_name(self) -> str:

@@ -60,7 +60,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     """Tasks, loaders, model, balancer, optimizer and schedule, logger and hooks (the configured
     ones, then `hooks`); a resumed run's progress loaded from its checkpoint."""
     t, run_dir = settings.trainer, Path(cfg.output_dir)
-    start = find_start(t.resume, run_dir)
+    start = find_start(t.resume, run_dir, cfg)
     set_seed(cfg.seed, device_specific=True)
     tasks, tokenizer = build_tasks(settings, cfg.seed)
     loader = build_loader(cfg, settings, tasks, tokenizer, accelerator)

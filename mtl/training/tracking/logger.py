@@ -148,12 +148,17 @@ def hydra_choices() -> dict:
         return {}
 
 
-def print_summary(final: dict[str, float], tasks: dict) -> None:
-    """Each task's main dev metric, one line per task."""
+def print_summary(last: dict[str, float], tasks: dict, best: dict, best_step, step: int) -> None:
+    """Each task's main dev metric at the best evaluation (`trainer.monitor`: the model the
+    export, results.json and the sweep summary hold) and at the last, one line per task."""
     width = max(len("task"), *(len(name) for name in tasks))
     kind = max(len("type"), *(len(task.type) for task in tasks.values()))
-    print(f"\n{'task':<{width}}  {'type':<{kind}}  {'metric':<11}  dev")
+    heads = f"best (step {best_step})", f"last (step {step})"
+    print(f"\n{'task':<{width}}  {'type':<{kind}}  {'metric':<11}  {heads[0]}  {heads[1]}")
     for name, task in tasks.items():
-        key = task.task_type.main_metric
-        value = final.get(f"eval/{name}/{key}", float("nan"))
-        print(f"{name:<{width}}  {task.type:<{kind}}  {key:<11}  {value:.4f}")
+        key = f"eval/{name}/{task.task_type.main_metric}"
+        values = [f"{figures.get(key, float('nan')):.4f}" for figures in (best, last)]
+        print(
+            f"{name:<{width}}  {task.type:<{kind}}  {task.task_type.main_metric:<11}  "
+            f"{values[0]:<{len(heads[0])}}  {values[1]}"
+        )

@@ -1,0 +1,99 @@
+"""What a run folder holds is never lost or misread, as a user types the commands (`mtl-train`
+in-process): a refused command leaves every file as it was (`.hydra/` included), Ctrl-C keeps the
+progress, and `trainer.resume=<run>` alone continues the run as it was configured."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtl.training.setup import run as setup_run
+
+COMMON = (
+    "model=tiny",
+    "debug=fast",
+    "task=[synthetic_cls,synthetic_tag]",
+    "trainer.progress_bar=false",
+    "trainer.export=false",
+)
+
+
+def listing(folder: Path) -> dict[str, str]:
+    """Every file under `folder` by its path, with its sha256."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def trained(tmp_path, train_here) -> Path:
+    """A finished 4-step run trained with seed 7 (not the default)."""
+    run = tmp_path / "run"
+    code, err = train_here(*COMMON, "seed=7", f"hydra.run.dir={run}")
+    assert code == 0, err[-2000:]
+    return run
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["hydra.run.dir={run}"],  # another training into it
+        ["trainer.resume={run}", "hydra.run.dir={run}", "seed=0"],  # a resume that changes seed
+        ["trainer.resume={run}", "task.synthetic_cls.max_length=16"],
+        ["trainer.resume={run}", "loader=mixup"],
+    ],
+)
+def test_a_refused_command_leaves_the_run_folder_as_it_was(trained, train_here, command):
+    before = listing(trained)
+    code, err = train_here(*COMMON, *(arg.format(run=trained) for arg in command))
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("mtl: error: "), err[-2000:]
+    assert "Traceback" not in err
+    if "trainer.resume={run}" in command:
+        assert "the run trained with" in lines[-1] and "drop that override" in lines[-1]
+    else:
+        assert "holds another training" in lines[-1]
+    assert listing(trained) == before
+
+
+class SignalAt:
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, run, progress):
+        if progress.state.step == self.step:
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_ctrl_c_then_resume_alone_ends_bit_equal(tmp_path, train_here, monkeypatch):
+    """Ctrl-C at a random step, then `trainer.resume=<run>` and nothing else: the run ends
+    with the weights of the run never stopped, bit for bit."""
+    options = (*COMMON, "seed=3", "loader=mixup", "trainer.max_steps=10", "trainer.epochs=9")
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert train_here(*options, f"hydra.run.dir={full}")[0] == 0
+    step = random.randrange(1, 10)
+    configured = setup_run.configured_hooks
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            setup_run,
+            "configured_hooks",
+            lambda *args: [*configured(*args), SignalAt(step)],
+        )
+        code, err = train_here(*options, f"hydra.run.dir={part}")
+    assert code == 0 and "received SIGINT" in err and "Traceback" not in err
+    assert not (part / "results.json").exists()
+    code, err = train_here(f"trainer.resume={part}")
+    assert code == 0, err[-2000:]
+    assert f"(resuming at step {step})" in err
+    want, got = (load_file(sorted(d.glob("checkpoints/step_*"))[-1] / "model.safetensors")
+                 for d in (full, part))  # fmt: skip
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want), f"stopped at step {step}"
