@@ -9,10 +9,15 @@ from mtl.config import Settings
 from mtl.data import Task, build_task_from_config, load_tokenizer
 from mtl.errors import MtlError, env_rank
 from mtl.models import encoder_config
+from mtl.task_types import task_type_class
 
 
-def build_tasks(settings: Settings, seed: int) -> tuple[dict[str, Task], object]:
-    """Tokenized splits of every chosen task, and the tokenizer.
+def build_tasks(
+    settings: Settings, seed: int, labels: dict[str, list[str] | None] | None = None
+) -> tuple[dict[str, Task], object]:
+    """Tokenized splits of every chosen task, and the tokenizer. With `labels` (each task's
+    label names as a run trained with them: its checkpoints' `mtl_run.json`), no data is read:
+    the tasks hold no splits, only what a trained model needs (export, prediction).
 
     A task `max_length` above what the encoder can take (its position embeddings, or the
     tokenizer's `model_max_length`) is lowered to that limit with a one-line warning."""
@@ -35,6 +40,11 @@ def build_tasks(settings: Settings, seed: int) -> tuple[dict[str, Task], object]
                     file=sys.stderr,
                 )
             config = replace(config, max_length=limit)
+        if labels is not None:
+            task_type = task_type_class(config.type, name)(name, config)
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+            tasks[name] = Task(name, config.type, task_type, {}, labels[name], pad)
+            continue
         tasks[name] = build_task_from_config(
             name, config, tokenizer, seed=seed, max_examples=settings.data.max_examples
         )

@@ -4,8 +4,10 @@ An export folder holds the encoder and the tokenizer in Hugging Face format (`sa
 `heads.safetensors` (every head's weights, keyed `<task>.<parameter>`) and `mtl_tasks.json`
 (per task: its `TaskConfig`, label names and the head's constructor arguments). The weights come
 from a run folder's best model (else its latest complete checkpoint) or a checkpoint folder;
-the tasks and model settings from the run's `.hydra/config.yaml`. A run writes `<run>/export`
-itself when it ends (`trainer.export`). Reading an export back: `mtl.inference.load`.
+the tasks and model settings from the run's `.hydra/config.yaml`, each task's label names from
+the checkpoint (`mtl_run.json`: as the run trained with them; no data file is read). A run
+writes `<run>/export` itself when it ends (`trainer.export`). Reading an export back:
+`mtl.inference.load`.
 
 With `standard=true` each task also gets `<export>/<task>/`: a standard transformers model
 (`AutoModelFor...`, with its labels) and its tokenizer (`model_max_length` = the task's
@@ -34,7 +36,7 @@ from pathlib import Path
 from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
 from mtl.builders.model import build_model
 from mtl.builders.tasks import build_tasks
-from mtl.builders.weights import NoCheckpoint, trained_weights
+from mtl.builders.weights import DESCRIPTION, NoCheckpoint, trained_weights
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
@@ -72,7 +74,7 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
 
     run = run_folder(path)
     try:
-        state, _ = trained_weights(str(path))
+        state, source = trained_weights(str(path))
     except NoCheckpoint:
         raise MtlError(
             f"model={path}: the run has no saved model (no checkpoints/best and no complete "
@@ -92,7 +94,8 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
             f"folder is read with it; put it back, or use the run's export ({run}/export, "
             f"or mtl-export it where the base is), which holds the encoder whole"
         )
-    tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0))
+    labels = recorded_labels(source if source.is_dir() else source.parent, set(settings.tasks))
+    tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0), labels)
     model = build_model(settings, tasks)
     try:
         model.load_state_dict(state)
@@ -103,6 +106,18 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
         ) from None
     model.eval()
     return model, tokenizer, tasks, settings
+
+
+def recorded_labels(folder: Path, tasks: set[str]) -> dict | None:
+    """Each task's label names as the run trained with them (the checkpoint's `mtl_run.json`),
+    None where it recorded none (checkpoints of mtl 0.2 and earlier: read from the data)."""
+    try:
+        labels = json.loads((folder / DESCRIPTION).read_text()).get("labels")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(labels, dict) or set(labels) != tasks:
+        return None
+    return labels
 
 
 def export_model(

@@ -236,7 +236,7 @@ class Training:
         value, best = p.last_eval[t.monitor], s.best.get(t.monitor)
         if best is None or (value > best if t.monitor_mode == "max" else value < best):
             s.best_step, s.best, s.evals_since_best = s.step, dict(p.last_eval), 0
-            save_best(run.accelerator, run.model, run.run_dir, s.step, p.last_eval)
+            save_best(run.accelerator, run.model, run.run_dir, s.step, p.last_eval, run.description)
             return
         s.evals_since_best += 1
         if t.patience and s.evals_since_best >= t.patience:

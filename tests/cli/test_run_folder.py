@@ -97,3 +97,42 @@ def test_ctrl_c_then_resume_alone_ends_bit_equal(tmp_path, train_here, monkeypat
                  for d in (full, part))  # fmt: skip
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want), f"stopped at step {step}"
+
+
+def test_labels_are_the_ones_the_run_trained_with(tmp_path, train_here, monkeypatch):
+    """A user relabels `cat` to `tabby` in the training CSV after training: mtl-export and
+    mtl-predict model=<run> still name the classes the model learnt (they read no data file)."""
+    import csv
+    import json
+
+    import mtl
+    from mtl.cli.export import main as export_main
+    from mtl.cli.predict import main as predict_main
+
+    monkeypatch.chdir(tmp_path)
+    rows = [(f"{'purrs softly' if i % 2 else 'barks loudly'} {i}", "cat" if i % 2 else "dog")
+            for i in range(40)]  # fmt: skip
+    for split in ("train", "dev"):
+        with open(f"{split}.csv", "w", newline="") as f:
+            csv.writer(f).writerows([("text", "label"), *rows])
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "pets.yaml").write_text(
+        "# @package task.pets\ntype: sequence_classification\n"
+        "source: {train: train.csv, dev: dev.csv}\n"
+    )
+    options = ("model=tiny", "debug=fast", "task=[pets]", "trainer.progress_bar=false")
+    code, err = train_here("--config-dir", "conf", *options, "hydra.run.dir=run")
+    assert code == 0, err[-2000:]
+    for split in ("train", "dev"):
+        text = Path(f"{split}.csv").read_text()
+        Path(f"{split}.csv").write_text(text.replace(",cat", ",tabby"))
+    export_main(["run", "again"])
+    assert json.loads(Path("again/mtl_tasks.json").read_text())["tasks"]["pets"]["label_names"] == [
+        "cat",
+        "dog",
+    ]
+    Path("in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t, _ in rows))
+    predict_main(["model=run", "task=pets", "input=in.jsonl", "output=out.jsonl"])
+    predicted = {json.loads(line)["prediction"] for line in Path("out.jsonl").open()}
+    assert predicted and predicted <= {"cat", "dog"}
+    assert mtl.load_model("run").tasks["pets"].label_names == ["cat", "dog"]  # what predict reads

@@ -150,9 +150,12 @@ def _prune(root: Path, keep_last: int | None, just_saved: Path) -> None:
             shutil.rmtree(aside, ignore_errors=True)
 
 
-def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Path:
-    """The model's weights and `best.json` (step, figures) in `<run>/checkpoints/best`, written
-    whole or not at all. A collective: call it on every rank."""
+def save_best(
+    accelerator, model, run_dir: Path, step: int, figures: dict, description: dict | None = None
+) -> Path:
+    """The model's weights, `best.json` (step, figures) and `description` (`mtl_run.json`, as in
+    a step checkpoint) in `<run>/checkpoints/best`, written whole or not at all. A collective:
+    call it on every rank."""
     root = Path(run_dir) / "checkpoints"
     final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
     state = accelerator.get_state_dict(model)  # a collective under some strategies
@@ -161,6 +164,8 @@ def save_best(accelerator, model, run_dir: Path, step: int, figures: dict) -> Pa
         tmp.mkdir(parents=True)
         accelerator.save(state, tmp / "model.pt", safe_serialization=False)
         (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
+        if description is not None:
+            (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
         _seal(tmp, step)
         _put_in_place(tmp, final)
     accelerator.wait_for_everyone()

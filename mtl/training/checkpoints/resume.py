@@ -114,13 +114,15 @@ def wandb_seen_step(run_dir: Path, run_id: str) -> int:
 
 def describe(settings, tasks: dict, tokenizer, balancer) -> dict:
     """What a checkpoint records of its run, to compare on resume: each task's type, the model,
-    the tokenizer (its name and a hash of its vocabulary) and the balancer's config (its state
-    and optimizer parameters are its own)."""
+    the tokenizer (its name and a hash of its vocabulary), the balancer's config (its state and
+    optimizer parameters are its own) and each task's label names in id order (what an export
+    or prediction of the run names its classes with, whatever the data files say later)."""
     m = settings.model
     vocab = sorted(tokenizer.get_vocab().items())
     return {
         "balancer": OmegaConf.to_container(balancer, resolve=True),
         "tasks": {name: task.type for name, task in tasks.items()},
+        "labels": {name: task.label_names for name, task in tasks.items()},
         "model": m.name_or_path or "(packaged MiniLM)",
         "tokenizer": {
             "name": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
@@ -139,8 +141,8 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
         f"optimizer: model.init_from={run_of} instead of {option}"
     )
     theirs = _saved_description(folder, option)
-    for key in DESCRIBED if theirs is not None else ():
-        if theirs[key] != description[key]:
+    for key in (*DESCRIBED, "labels") if theirs is not None else ():
+        if key in theirs and theirs[key] != description[key]:
             raise MtlError(
                 f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
                 f"has {_show(description[key])}; {fix}",
@@ -178,7 +180,8 @@ def _saved_description(folder: Path, option: str) -> dict | None:
         return None
     try:
         saved = json.loads(path.read_text())
-        return {key: saved[key] for key in DESCRIBED}
+        labels = {"labels": saved["labels"]} if "labels" in saved else {}  # mtl >= 0.3
+        return {key: saved[key] for key in DESCRIBED} | labels
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise unreadable(folder, option, err) from None
 
