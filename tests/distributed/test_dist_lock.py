@@ -22,11 +22,11 @@ ARGS = ["debug=fast", "task=[synthetic_cls,synthetic_tag]", "trainer.dist_timeou
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
-def launch(run_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
+def launch(run_dir: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.pop("MTL_LAUNCH_TIME", None)
     return subprocess.run(
-        [*TORCHRUN, str(ROOT / "train.py"), *ARGS, f"hydra.run.dir={run_dir}"],
+        [*TORCHRUN, str(ROOT / "train.py"), *ARGS, f"hydra.run.dir={run_dir}", *extra],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -63,9 +63,30 @@ def test_dist_a_held_folder_is_refused_on_every_rank_and_a_stale_lock_taken_over
     assert str(ROOT / "mtl") not in output and "MtlError" not in output, output[-3000:]
     assert json.loads((run_dir / LOCK).read_text()) == lock  # left as it was
 
-    taken = launch(run_dir, tmp_path)  # the holder is gone now
+    taken = launch(run_dir, tmp_path, "trainer.trace=true")  # the holder is gone now
     output = taken.stdout + taken.stderr
     assert taken.returncode == 0, output[-3000:]
     assert len([line for line in output.splitlines() if "taking over" in line]) == 1
     assert output.count(f"mtl: run folder {run_dir}") == 2  # at start and at the end, by rank 0
     assert not (run_dir / LOCK).exists()
+    for rank in (0, 1):  # a launch of two processes
+        header = json.loads((run_dir / f"trace_rank{rank}.jsonl").open().readline())
+        assert (header["world"], header["rank"]) == (2, rank)
+
+    # another training into the finished run's folder: refused, the folder as it was (.hydra/ too)
+    before = listing(run_dir)
+    again = launch(run_dir, tmp_path, "seed=5")
+    output = again.stdout + again.stderr
+    errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
+    assert again.returncode != 0 and len(errors) == 1 and "holds another training" in errors[0]
+    assert listing(run_dir) == before
+
+
+def listing(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -182,13 +182,14 @@ def test_a_second_training_on_a_folder_in_use_is_refused_then_takes_over(tmp_pat
     )
     try:
         assert wait_for(lambda: complete_checkpoint(run_dir), first, poll=0.05)
-        second = train(f"trainer.resume={run_dir}", f"output_dir={run_dir}", cwd=tmp_path)
-        assert second.returncode == 2
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1, second.stderr[-3000:]
-        assert lines[0].startswith(f"mtl: error: {run_dir} is in use by another training, ")
-        assert f"pid {first.pid} on " in lines[0]
-        assert first.poll() is None  # the first one trains on
+        for again in ([f"trainer.resume={run_dir}"], ["seed=1"]):  # a resume, a new training
+            second = train(*again, f"output_dir={run_dir}", cwd=tmp_path)
+            assert second.returncode == 2
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1, second.stderr[-3000:]
+            assert lines[0].startswith(f"mtl: error: {run_dir} is in use by another training, ")
+            assert f"pid {first.pid} on " in lines[0]
+            assert first.poll() is None  # the first one trains on
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=60)
