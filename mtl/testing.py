@@ -222,8 +222,10 @@ def check_loader(
     Per epoch: `len()` and `epoch_length(epoch)` steps are yielded. Each task's batches come in
     passes, in the order its sampler gives for that pass (`set_epoch(pass)`), none twice and none
     skipped; a task starts its next pass only when the last is used up, or at an epoch's start.
-    Where the loader promises each batch once (`exhaust="each_once"`), every task with a target
-    share gives one whole pass. The same seed gives the same steps and batches. Resume: the
+    Where an epoch is as long as one pass of every task (`exhaust="each_once"`), the tasks in it
+    give that many batches in all, each task the batches its schedule plans (with weights that
+    set the shares, a task may give more or fewer than its pass), and a task planned for exactly
+    its size gives one whole pass. The same seed gives the same steps and batches. Resume: the
     `state_dict()` (json-able) taken after any step, loaded into a fresh loader, yields the rest
     of that epoch and then the next epoch exactly as the uninterrupted loader does."""
     for case in sizes:
@@ -277,7 +279,7 @@ def _check_epochs(
     cursors: dict[str, tuple[int, int]] = {}
     runs = []
     for epoch in range(epochs):
-        length, shares = len(loader), loader.target_shares()
+        length = len(loader)
         assert loader.epoch_length(epoch) == length, f"{where}: epoch_length({epoch}) != len()"
         assert length > 0, f"{where}, epoch {epoch}: an epoch of no steps"
         steps = _steps(loader, log)
@@ -289,12 +291,21 @@ def _check_epochs(
         keys = [key for key, _ in steps]
         _check_passes(keys, tasks, cursors, f"{where}, epoch {epoch}")
         if getattr(loader, "exhaust", None) == "each_once" and loader.steps_per_epoch is None:
+            counts = loader.task_counts(loader.schedule(epoch))
+            planned = dict(zip(loader.names, counts, strict=True))
+            whole = sum(len(task) for name, task in tasks.items() if planned[name] > 0)
+            assert counts.sum() == whole, (
+                f"{where}, epoch {epoch}: {counts.sum()} task batches planned, not the {whole} "
+                "of one pass of each task"
+            )
             for name, task in tasks.items():
                 given = [(p, ids) for key in keys for t, p, ids in key if t == name]
-                whole = len(task) if shares[name] > 0 else 0
-                assert len(given) == whole and len({p for p, _ in given}) <= 1, (
-                    f"{where}, epoch {epoch}: task {name} gave {len(given)} batches, not {whole}"
+                assert len(given) == planned[name], (
+                    f"{where}, epoch {epoch}: task {name} gave {len(given)} batches, not the "
+                    f"{planned[name]} planned"
                 )
+                if planned[name] == len(task):  # its share is its size: its whole pass, once
+                    assert len({p for p, _ in given}) == 1, f"{where}: task {name} split a pass"
         runs.append(keys)
     return runs
 

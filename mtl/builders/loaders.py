@@ -63,13 +63,21 @@ def build_train_loaders(
 
 
 def build_composite_loader(
-    loader_cfg: DictConfig, loaders: dict[str, DataLoader], *, seed: int, pad_token_id: int
+    loader_cfg: DictConfig,
+    loaders: dict[str, DataLoader],
+    *,
+    seed: int,
+    pad_token_id: int,
+    epochs: int | None = None,
 ):
     """The configured mixing strategy over the per-task loaders (always a composite loader,
     also for one task, so that its state and counters work the same way). The class gets the
-    loaders and `seed`, and `pad_token_id` when its constructor has that parameter."""
-    options = {"seed": seed}
+    loaders and `seed`, and `pad_token_id` and the run's `epochs` (for mixtures that move over
+    the run) when its constructor has those parameters."""
+    options: dict = {"seed": seed}
     parameters = inspect.signature(import_target(loader_cfg._target_, "loader._target_")).parameters
     if "pad_token_id" in parameters:
         options["pad_token_id"] = pad_token_id
+    if "epochs" in parameters:
+        options["epochs"] = epochs
     return build(loader_cfg, "loader", loaders, **options)

@@ -6,6 +6,7 @@ A loader's options are written as in training, `loader.weighting=temperature`; a
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -64,7 +65,10 @@ def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, in
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args: dict[str, Any] = COMMAND.parse(sys.argv[1:] if argv is None else argv)
-    sizes, options = sizes_and_options(args["free"], loader_class(args["loader"]))
+    loader = loader_class(args["loader"])
+    sizes, options = sizes_and_options(args["free"], loader)
+    if "epochs" in inspect.signature(loader).parameters:
+        options.setdefault("epochs", args["epochs"])  # mixtures that move over the run
     for epoch in range(args["epochs"]):
         try:
             print(dry_run(args["loader"], sizes, epoch=epoch, **options))

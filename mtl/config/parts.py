@@ -27,7 +27,7 @@ from mtl.loaders.sequential import SequentialLoader
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
 
 # Arguments mtl passes itself when it builds the object; not config keys.
-LOADER_GIVEN = ("loaders", "seed", "pad_token_id")
+LOADER_GIVEN = ("loaders", "seed", "pad_token_id", "epochs")
 SAMPLER_GIVEN = ("lengths", "batch_size", "seed", "num_replicas", "rank")
 BALANCER_GIVEN = ("tasks", "loss_weights", "regression")
 

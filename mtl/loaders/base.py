@@ -302,6 +302,11 @@ class CompositeLoader:
         counts = self.task_counts(self.schedule(self._epoch)).astype(float)
         return {n: float(c / counts.sum()) for n, c in zip(self.names, counts, strict=True)}
 
+    def mix_weights(self) -> dict[str, float]:
+        """The task weights the loader mixes with at its current position (logged as
+        `mix_weight/<task>`); a loader without weights: its planned shares of this epoch."""
+        return self.target_shares()
+
     def _start_cursors(self, carry: list[Cursor]) -> list[Cursor]:
         """Cursors when the epoch begins: with `exhaust`, every task starts a new pass."""
         if self.steps_per_epoch is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -10,41 +9,38 @@ import numpy as np
 
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
-
-WEIGHTINGS = ("proportional", "uniform", "temperature")
+from mtl.loaders.mixture import Mixture
 
 
 class RandomLoader(CompositeLoader):
-    """Each step takes one batch of a randomly drawn task.
-
-    Weighting (`n_t` = `len()` of task t's loader, `r_t` = its batches not yet used this epoch):
-
-    - `"proportional"` (default): `p_t ~ r_t`. Under each_once the epoch is then a uniformly
-      random interleaving of all batches of all tasks (drawn as one permutation of the task ids);
-      with a fixed `p_t ~ n_t` where the policy has no "remaining" (cycle_to_longest, steps).
-    - `"uniform"`: `p_t` equal over the tasks not yet used up. Biased in time: a small task
-      gets as many early steps as a large one, so it is front-loaded and runs out early, and the
-      end of the epoch holds only the large tasks.
-    - `"temperature"`: `p_t ~ min(n_t, size_cap) ** (1 / temperature)` (`size_cap=None`: no cap);
-      temperature 1 is proportional to size, large temperatures approach uniform.
-    - a mapping `{task: weight}`: non-negative weights for every task, not all zero.
-
-    Fixed weights (all but proportional) are renormalised over the tasks still in play.
+    """Each step takes one batch of a randomly drawn task, with task weights that set the shares
+    and may move over the run (`mtl.loaders.mixture`: proportional, uniform, temperature, a
+    temperature schedule, annealed, `{task: weight}`, stages, caps).
 
     One epoch:
 
-    - `exhaust="each_once"` (default): every batch of every task exactly once; a task that runs
-      out gets probability 0. `len() = sum(n_t)` (tasks with weight 0 are left out).
-    - `exhaust="first"`: the epoch ends with the batch that uses up the first task.
-    - `exhaust="cycle_to_longest"`: fixed probabilities; a task that runs out starts a new pass
-      (fresh shuffle); the epoch ends once the longest task (weight > 0) has given `n_t` batches.
-    - `steps_per_epoch=N`: N independent draws with the fixed probabilities; tasks restart a pass
-      whenever they run out and continue across epochs, so the weights hold over the whole run.
+    - `exhaust="each_once"` (default): `sum(n_t)` steps (`n_t`: batches per pass of task t; tasks
+      whose weight is always 0 left out). The steps are split by the weights exactly (largest
+      remainders), so the planned shares are the weights within the rounding of one epoch, and
+      drawn in random order. With proportional weights that is every batch of every task once; a
+      task given more steps than it has batches starts a new pass (fresh shuffle), one given
+      fewer leaves the rest of its pass (the next epoch starts a new one).
+    - `steps_per_epoch=N`: N steps split by the weights alike; tasks restart a pass whenever they
+      run out and continue across epochs.
+    - `exhaust="first"`: draws with the weights renormalised over the tasks not yet used up; the
+      epoch ends with the batch that uses up the first task.
+    - `exhaust="cycle_to_longest"`: independent draws with the weights; a task that runs out
+      starts a new pass; the epoch ends once the longest task (weight > 0) has given `n_t`
+      batches.
 
-    Random: the whole task sequence of epoch e is drawn up front from
-    `np.random.default_rng([seed, e])`, so `len()` is exact (also for `first`) and every process
-    draws the same sequence. Batch order within a task comes from that task's sampler, which gets
-    `set_epoch(pass)` for every new pass.
+    Weights that move change by epoch (annealed, `temperature_end`) under every policy; `stages`
+    switch at a loader step and `max_passes` caps a task's passes per epoch, both under the
+    fixed-length epochs (each_once, steps_per_epoch). `epochs` (the run's; training gives
+    `trainer.epochs`) is needed by what moves.
+
+    Random: the task sequence of epoch e is drawn up front from `np.random.default_rng([seed,
+    e])`, so `len()` is exact and every process draws the same sequence. Batch order within a
+    task comes from that task's sampler, which gets `set_epoch(pass)` for every new pass.
     """
 
     def __init__(
@@ -54,84 +50,70 @@ class RandomLoader(CompositeLoader):
         seed: int = 0,
         weighting: str | Mapping[str, float] = "proportional",
         temperature: float = 2.0,
+        temperature_end: float | None = None,
+        shape: str = "linear",
         size_cap: int | None = None,
+        stages: list | None = None,
+        max_passes: float | Mapping[str, float] | None = None,
         exhaust: str | None = None,
         steps_per_epoch: int | None = None,
+        epochs: int | None = None,
     ) -> None:
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
-        if not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
-            raise MtlError(f"temperature: got {temperature!r}; use a number > 0")
         if size_cap is not None and (
             not isinstance(size_cap, (int, np.integer))
             or isinstance(size_cap, bool)
             or size_cap < 1
         ):
             raise MtlError(f"size_cap: got {size_cap!r}; use an integer >= 1 or null (no cap)")
-        self.temperature = float(temperature)
-        self.size_cap = None if size_cap is None else int(size_cap)
-        if isinstance(weighting, str):
-            if weighting not in WEIGHTINGS:
-                raise MtlError(
-                    f"weighting: got {weighting!r}; use one of {', '.join(WEIGHTINGS)} "
-                    "or a mapping of task -> weight"
-                )
-            self.weighting: str | dict[str, float] = weighting
-        elif isinstance(weighting, Mapping):
-            self.weighting = self._check_weights(weighting)
-        else:
-            raise MtlError(f"weighting: got {weighting!r}; use a name or a task -> weight mapping")
-        self.weights = self._fixed_weights()
+        self.mixture = Mixture(
+            self.names, self.sizes, weighting=weighting, temperature=temperature,
+            temperature_end=temperature_end, shape=shape,
+            size_cap=None if size_cap is None else int(size_cap), stages=stages,
+            max_passes=max_passes, epochs=epochs,
+        )  # fmt: skip
+        if (stages or max_passes is not None) and self.fixed_length is None:
+            raise MtlError(
+                f"loader.stages and loader.max_passes need epochs of a fixed number of steps "
+                f"(exhaust=each_once or steps_per_epoch), not exhaust={self.exhaust}"
+            )
+        self.mixture.boundaries(self.fixed_length if stages else None)  # one line if bad
 
-    def _check_weights(self, weights: Mapping[str, float]) -> dict[str, float]:
-        for name in weights:
-            if name not in self.names:
-                raise MtlError(f"weighting: unknown task {name!r}; tasks are {self.names}")
-        checked = {}
-        for name in self.names:
-            if name not in weights:
-                raise MtlError(f"weighting: no weight for task {name!r}; give one for every task")
-            w = weights[name]
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf:
-                raise MtlError(f"weighting: task {name!r} has weight {w!r}; use a number >= 0")
-            checked[name] = float(w)
-        if not any(checked.values()):
-            raise MtlError("weighting: all weights are 0; give at least one task a weight > 0")
-        return checked
-
-    def _fixed_weights(self) -> np.ndarray:
-        sizes = self.sizes.astype(float)
-        if self.weighting == "proportional":
-            return sizes
-        if self.weighting == "uniform":
-            return np.ones_like(sizes)
-        if self.weighting == "temperature":
-            capped = sizes if self.size_cap is None else np.minimum(sizes, self.size_cap)
-            return capped ** (1.0 / self.temperature)
-        return np.array([self.weighting[n] for n in self.names])
+    @property
+    def fixed_length(self) -> int | None:
+        """Steps of every epoch where that is fixed (each_once, steps_per_epoch), else None."""
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch
+        if self.exhaust == "each_once":
+            return int(self.sizes[self.mixture.in_play()].sum())
+        return None
 
     def options(self) -> dict[str, Any]:
-        return {
-            **super().options(),
-            "weighting": self.weighting,
-            "temperature": self.temperature,
-            "size_cap": self.size_cap,
-        }
+        return {**super().options(), **self.mixture.options()}
+
+    def mix_weights(self) -> dict[str, float]:
+        epoch, step = self.position
+        p = self.mixture.weights(epoch, step, self.fixed_length)
+        return {n: float(w) for n, w in zip(self.names, p, strict=True)}
 
     def build_schedule(self, epoch: int) -> np.ndarray:
-        rng = self.rng(epoch)
-        p = self.weights / self.weights.sum()
-        if self.steps_per_epoch is not None:
-            return rng.choice(len(p), size=self.steps_per_epoch, p=p)
+        rng, length = self.rng(epoch), self.fixed_length
+        if length is not None:
+            tasks = np.arange(len(self.names))
+            parts = [
+                rng.permutation(np.repeat(tasks, c)) for c in self.mixture.counts(length, epoch)
+            ]
+            return np.concatenate(parts)
+        weights = self.mixture.stage_weights(self.mixture.base, epoch)
+        p = weights / weights.sum()
         if self.exhaust == "cycle_to_longest":
             longest = int(np.argmax(self.sizes * (p > 0)))
             return _draw_until_count(rng, p, longest, int(self.sizes[longest]))
-        if self.weighting == "proportional":
+        if self.mixture.base["weighting"] == "proportional":  # p_t ~ batches left: a shuffle
             order = rng.permutation(np.repeat(np.arange(len(p)), self.sizes))
-            if self.exhaust == "first":
-                ends = [np.flatnonzero(order == t)[-1] for t in range(len(p))]
-                order = order[: min(ends) + 1]
-            return order
-        return _draw_until_out(rng, self.sizes, self.weights, first_only=self.exhaust == "first")
+            ends = [np.flatnonzero(order == t)[-1] for t in range(len(p))]
+            return order[: min(ends) + 1]
+        return _draw_until_out(rng, self.sizes, weights, first_only=True)
 
 
 def _draw_until_out(

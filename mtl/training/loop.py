@@ -185,6 +185,7 @@ class Training:
         run, step = self.run, self.state.step
         target = run.loader.target_shares()
         figures = self.window.figures(run.accelerator, step, self.state.share_totals, target)
+        figures |= {f"mix_weight/{t}": w for t, w in run.loader.mix_weights().items()}
         figures["lr"] = run.scheduler.get_last_lr()[0]
         figures["epoch"] = self.state.epoch
         run.logger.log(figures, step=step)

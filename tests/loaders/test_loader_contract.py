@@ -32,6 +32,30 @@ BUILTIN = [
     (RandomLoader, {"weighting": "uniform"}),
     (RandomLoader, {"weighting": "temperature", "size_cap": 2, "exhaust": "first"}),
     (RandomLoader, {"steps_per_epoch": 7}),
+    (RandomLoader, {"weighting": "annealed", "epochs": 3}),
+    (
+        RandomLoader,
+        {
+            "weighting": "temperature",
+            "temperature": 1,
+            "temperature_end": 4,
+            "shape": "cosine",
+            "epochs": 3,
+        },
+    ),  # fmt: skip
+    (RandomLoader, {"max_passes": 1.5, "weighting": "uniform"}),
+    (RandomLoader, {"max_passes": 3, "weighting": "uniform", "steps_per_epoch": 8}),
+    (RandomLoader, {"stages": [{"until": 0.4, "weighting": "uniform"}, {}], "epochs": 3}),
+    (
+        RandomLoader,
+        {
+            "stages": [
+                {"until": 5, "weighting": "uniform"},
+                {"weighting": "annealed"},
+            ],
+            "epochs": 3,
+        },
+    ),  # fmt: skip
     (MixupLoader, {}),
     (MixupLoader, {"exhaust": "each_once"}),
     (MixupLoader, {"exhaust": "first"}),
@@ -84,7 +108,7 @@ class LeavesABatchOut(SequentialLoader):
         (GlobalRandom, "same seed gave other steps"),
         (OneStepShort, r"len\(\)"),
         (ForgetsItsStep, "resumed after step 1"),
-        (LeavesABatchOut, "task c gave 2 batches, not 3"),
+        (LeavesABatchOut, "planned, not the .* of one pass of each task"),
     ],
 )
 def test_a_broken_loader_fails_the_check_naming_the_promise(broken, message):

@@ -555,3 +555,19 @@ def test_resume_keeps_the_best_model_and_early_stops_at_the_same_step(make_cfg, 
         assert best["step"] == expected.best_step
         for key, value in got.model.state_dict().items():  # the best weights, loaded at the end
             torch.testing.assert_close(value, expected.model.state_dict()[key])
+
+
+def test_annealed_weights_are_logged_and_move_by_epoch(make_cfg, tmp_path):
+    """`mix_weight/<task>` beside `share_target/<task>` each window: proportional in the first
+    epoch (the planned shares), then annealed towards uniform in the second (a = 0.2)."""
+    run(make_cfg("task=[synthetic_cls,synthetic_tag]", "loader.weighting=annealed",
+                 "trainer.max_steps=null", "trainer.epochs=2", "task.synthetic_tag.source.size=16"))  # fmt: skip
+    rows = [r for r in read_metrics(tmp_path / "run") if "mix_weight/synthetic_cls" in r]
+    first, last = rows[0], rows[-1]
+    assert (first["epoch"], last["epoch"]) == (0, 1)
+    for task in ("synthetic_cls", "synthetic_tag"):
+        assert first[f"mix_weight/{task}"] == pytest.approx(first[f"share_target/{task}"])
+    sizes = np.array([first[f"share_target/{t}"] for t in ("synthetic_cls", "synthetic_tag")])
+    annealed = sizes**0.2 / (sizes**0.2).sum()  # shares are proportional to sizes
+    got = [last[f"mix_weight/{t}"] for t in ("synthetic_cls", "synthetic_tag")]
+    assert got == pytest.approx(annealed.tolist()) and not np.allclose(got, sizes)

@@ -102,7 +102,11 @@ def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, ac
         rank=accelerator.process_index,
     )
     loader = build_composite_loader(
-        cfg.loader, loaders, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id
+        cfg.loader,
+        loaders,
+        seed=cfg.seed,
+        pad_token_id=tokenizer.pad_token_id,
+        epochs=settings.trainer.epochs,
     )
     check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
     return loader
