@@ -26,6 +26,7 @@ BENCHMARKS = {
     "bench_predict.py": "predict",
     "bench_balancers.py": "balancers",
     "bench_families.py": "families",
+    "bench_mixtures.py": "mixtures",
 }
 
 

@@ -92,8 +92,11 @@ class RandomLoader(CompositeLoader):
         return {**super().options(), **self.mixture.options()}
 
     def mix_weights(self) -> dict[str, float]:
+        """The weights of the step last drawn (of the first step before any)."""
         epoch, step = self.position
-        p = self.mixture.weights(epoch, step, self.fixed_length)
+        if step == 0 and epoch > 0:  # an epoch just ended: its last step
+            epoch, step = epoch - 1, self.epoch_length(epoch - 1)
+        p = self.mixture.weights(epoch, max(step - 1, 0), self.fixed_length)
         return {n: float(w) for n, w in zip(self.names, p, strict=True)}
 
     def build_schedule(self, epoch: int) -> np.ndarray:

@@ -137,6 +137,9 @@ def shares_figure(rows: list[dict], tasks: list[str]) -> Figure:
         target_steps, target = series(rows, f"share_target/{task}")
         if target:
             ax.plot(target_steps, target, color="tab:red", ls="--", lw=1.5, label="target")
+        weight_steps, weights = series(rows, f"mix_weight/{task}")
+        if weights:
+            ax.plot(weight_steps, weights, color="tab:green", ls=":", lw=1.5, label="mix weight")
         ax.set_title(task)
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel("share")

@@ -6,7 +6,8 @@
 
 (the command: `mtl.cli.workspace`; the spec: `folder_spec`, saved by `save_workspace`)
 
-Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`),
+Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`,
+`mix_weight/<t>`),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
 and padding, task interaction and balancing (`grad_norm/<t>`, `grad_cos/<a>/<b>`,
 `affinity/<a>/<b>`, `task_weight/<t>`: `mtl.training.diagnostics`), and a sweep comparison
@@ -137,7 +138,10 @@ def workspace_spec(
     higher: dict[str, bool] | None = None,
 ) -> dict:
     """The workspace as plain data: sections of panels, each naming the keys it plots."""
-    shares = [line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}"]) for t in tasks]
+    shares = [
+        line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}", f"mix_weight/{t}"])
+        for t in tasks
+    ]
     losses = [line(t, [f"loss/{t}"]) for t in tasks] + [line("all tasks", ["loss"])]
     dev = [
         line(t, [f"eval/{t}/{m}" for m in metrics]) if metrics else line(t, regex=f"^eval/{t}/")

@@ -203,8 +203,7 @@ def test_each_once_shares_are_the_weights_within_one_step(sizes, weighting, seed
     schedule = loader.schedule(epoch)
     length = sum(sizes)
     assert len(schedule) == length
-    loader.set_epoch(epoch)
-    expected = np.array(list(loader.mix_weights().values())) * length
+    expected = loader.mixture.weights(epoch) * length
     assert np.abs(np.bincount(schedule, minlength=len(sizes)) - expected).max() < 1
 
 
@@ -212,10 +211,11 @@ def test_annealed_alpha_by_epoch():
     """Stickland & Murray: p_t ~ n_t ** a, a = 1 - 0.8 (e - 1) / (E - 1) for epochs e = 1..E."""
     loader = RandomLoader(stand_ins(a=4, b=100), weighting="annealed", epochs=3)
     for epoch, alpha in enumerate([1.0, 0.6, 0.2]):
-        loader.set_epoch(epoch)
         w = np.array([4.0, 100.0]) ** alpha
-        assert np.allclose(mix(loader), w / w.sum()), epoch
-    assert np.allclose(mix(loader), [0.3444, 0.6556], atol=1e-4)  # 4**.2 = 1.3195, 100**.2 = 2.5119
+        assert np.allclose(loader.mixture.weights(epoch), w / w.sum()), epoch
+    assert np.allclose(
+        loader.mixture.weights(2), [0.3444, 0.6556], atol=1e-4
+    )  # 4**.2 = 1.3195, 100**.2 = 2.5119
 
 
 @pytest.mark.parametrize(
@@ -231,9 +231,8 @@ def test_temperature_schedule(shape, epochs, expected):
     loader = RandomLoader(stand_ins(a=4, b=100), weighting="temperature", temperature=1,
                           temperature_end=3, shape=shape, epochs=epochs)  # fmt: skip
     for epoch, temperature in enumerate(expected):
-        loader.set_epoch(epoch)
         w = np.array([4.0, 100.0]) ** (1 / temperature)
-        assert np.allclose(mix(loader), w / w.sum(), atol=1e-4), (epoch, temperature)
+        assert np.allclose(loader.mixture.weights(epoch), w / w.sum(), atol=1e-4), epoch
 
 
 def test_stages_switch_at_the_step_named():
@@ -242,6 +241,10 @@ def test_stages_switch_at_the_step_named():
     loader = RandomLoader(stand_ins(a=5, b=5), stages=stages, epochs=2, seed=3)
     assert loader.schedule(0).tolist() == [0] * 7 + [1] * 3
     assert loader.schedule(1).tolist() == [1] * 10
+    drawn = iter(loader)
+    for step in range(1, 11):  # mix_weights: the weights of the step last drawn
+        next(drawn)
+        assert list(loader.mix_weights().values()) == ([1.0, 0.0] if step <= 7 else [0.0, 1.0])
     by_fraction = RandomLoader(stand_ins(a=5, b=5), stages=[{**stages[0], "until": 0.35},
                                                           stages[1]], epochs=2)  # fmt: skip
     assert by_fraction.schedule(0).tolist() == [0] * 7 + [1] * 3  # 0.35 of 20 steps

@@ -76,8 +76,9 @@ def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
     shares = figures["report_shares"].axes
     assert [ax.get_title() for ax in shares] == TASKS
     for ax, task in zip(shares, TASKS, strict=True):
-        window, total, target = ax.get_lines()
+        window, total, target, weight = ax.get_lines()
         logged = [row for row in rows if f"share_total/{task}" in row]
+        assert list(weight.get_ydata()) == [row[f"mix_weight/{task}"] for row in logged]
         assert list(total.get_xdata()) == [row["step"] for row in logged]
         assert list(total.get_ydata()) == [row[f"share_total/{task}"] for row in logged]
         assert list(target.get_ydata()) == [row[f"share_target/{task}"] for row in logged]

@@ -560,8 +560,9 @@ def test_resume_keeps_the_best_model_and_early_stops_at_the_same_step(make_cfg, 
 def test_annealed_weights_are_logged_and_move_by_epoch(make_cfg, tmp_path):
     """`mix_weight/<task>` beside `share_target/<task>` each window: proportional in the first
     epoch (the planned shares), then annealed towards uniform in the second (a = 0.2)."""
-    run(make_cfg("task=[synthetic_cls,synthetic_tag]", "loader.weighting=annealed",
-                 "trainer.max_steps=null", "trainer.epochs=2", "task.synthetic_tag.source.size=16"))  # fmt: skip
+    options = ["task=[synthetic_cls,synthetic_tag]", "loader.weighting=annealed"]
+    options += ["trainer.max_steps=null", "trainer.epochs=2", "task.synthetic_tag.source.size=16"]
+    run(make_cfg(*options))
     rows = [r for r in read_metrics(tmp_path / "run") if "mix_weight/synthetic_cls" in r]
     first, last = rows[0], rows[-1]
     assert (first["epoch"], last["epoch"]) == (0, 1)
