@@ -147,6 +147,20 @@ CASES = [
     # loader and sampler (their classes' arguments)
     (["loader.weighting=heavy"], ["weighting: got 'heavy'; use one of proportional"]),
     (["sampler.sort_bs_num=0"], ["sampler: sort_bs_num: got 0; use an integer >= 1"]),
+    # mixtures: a temperature at either end, stages, caps
+    (["loader.temperature_end=0"], ["temperature_end: got 0.0; use a number > 0"]),
+    (["loader.weighting=temperature", "loader.temperature=-1"], ["temperature: got -1"]),
+    (
+        ["loader.stages=[{until:0.75},{until:0.25},{}]"],
+        ["stages[1].until: 1 does not come after 3"],
+    ),
+    (["loader.stages=[{until:100000},{}]"], ["past the run's end"]),
+    (["loader.max_passes=0"], ["max_passes: task", "use a number of passes > 0"]),
+    (
+        ["loader.max_passes=1", "loader.steps_per_epoch=100000", "loader.exhaust=null"],
+        ["every task in play has reached its cap"],
+    ),
+    (["loader.temperature_end=2", "loader.shape=steps"], ["shape: got 'steps'"]),
     (["loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
     (["+loader.weightng=uniform"], ["unknown key loader.weightng", "did you mean weighting?"]),
     (
