@@ -286,6 +286,45 @@ def test_resume_from_a_run_whose_checkpoints_are_cut_short(trained, tmp_path, re
     assert "no complete checkpoint" in line and "optimizer.bin has 10 bytes" in line
 
 
+class Payload:
+    """A pickle that runs a command when loaded: what a handed-over checkpoint could carry."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize(
+    "name", ["custom_checkpoint_0.pkl", "custom_checkpoint_1.pkl", "random_states_0.pkl"]
+)
+def test_resume_runs_no_code_a_checkpoint_carries(trained, tmp_path, refused, name):
+    """A pickle payload padded to the size the marker records: refused in one line naming the
+    file, before anything is loaded; the payload never runs (its marker file is not written)."""
+    import pickle
+
+    run_dir = copy_of(trained, tmp_path)
+    marker = tmp_path / "ran"
+    path = run_dir / "checkpoints" / "step_0000004" / name
+    payload = pickle.dumps(Payload(marker))
+    path.write_bytes(payload + b"\0" * (path.stat().st_size - len(payload)))
+    line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert f"{path} is not plain data (damaged, or made to run code" in line
+    assert "model.init_from=" in line
+    assert not marker.exists()
+
+
+def test_random_states_overwritten_at_their_size_are_one_line(trained, tmp_path, refused):
+    """accelerate would go on without the random states it cannot read (the resume no longer
+    exact, without a word); mtl refuses in one line naming the file."""
+    run_dir = copy_of(trained, tmp_path)
+    path = run_dir / "checkpoints" / "step_0000004" / "random_states_0.pkl"
+    path.write_bytes(random.Random(0).randbytes(path.stat().st_size))
+    line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert f"{path} is not plain data" in line and "trainer.resume=" in line
+
+
 def test_resume_from_a_damaged_checkpoint(trained, tmp_path, refused):
     run_dir = copy_of(trained, tmp_path)
     for name in ("model.safetensors", "optimizer.bin"):

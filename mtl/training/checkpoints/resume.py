@@ -30,6 +30,7 @@ from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
 from mtl.config import Settings
 from mtl.errors import MtlError
 from mtl.training.checkpoints.checkpoint import carry_best
+from mtl.training.checkpoints.trusted import check_data_only
 from mtl.training.tracking.logger import RunLogger, run_group, run_name
 from mtl.training.tracking.wandb_file import read_history
 
@@ -373,7 +374,9 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 
 
 def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
-    """`accelerator.load_state`; a damaged file (right size, wrong contents) is one line."""
+    """`accelerator.load_state` of a checkpoint whose files are data only (`check_data_only`); a
+    damaged file (right size, wrong contents) is one line."""
+    check_data_only(Path(checkpoint), option)
     try:
         accelerator.load_state(checkpoint)
     except MtlError:
