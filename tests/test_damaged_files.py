@@ -152,16 +152,27 @@ def test_a_run_whose_only_checkpoint_is_cut_short_says_train_again(work, capsys)
     assert "step_0000004 is damaged" in line and "no other whole checkpoint; train again" in line
 
 
-@pytest.mark.parametrize("damage", ["cut short", "overwritten"])
+@pytest.mark.parametrize("damage", ["cut short", "overwritten", "other values"])
 @pytest.mark.parametrize("name", ["heads.safetensors", "model.safetensors"])
 def test_an_export_with_damaged_weights_says_export_again(work, capsys, damage, name):
+    """Cut short, bytes overwritten, or other values of the same tensors at the same size (a
+    valid file that mtl-predict would have predicted with): the sha256 the export recorded."""
+    from safetensors.torch import load_file, save_file
+
     weights = work / "run" / "export" / name
     if damage == "cut short":
         cut(weights)
-    else:
+    elif damage == "overwritten":
         with open(weights, "r+b") as f:
             f.seek(2)
             f.write(b"garbage!" * 4)
+    else:
+        size = weights.stat().st_size
+        tensors = {k: v + 1 if v.is_floating_point() else v for k, v in load_file(weights).items()}
+        save_file(
+            tensors, weights, metadata={"format": "pt"} if name == "model.safetensors" else None
+        )
+        assert weights.stat().st_size == size
     before = listing(work)
     line = one_error_line(
         *command(
@@ -173,7 +184,7 @@ def test_an_export_with_damaged_weights_says_export_again(work, capsys, damage, 
             "output=out.jsonl",
         )  # fmt: skip
     )
-    assert line.startswith(f"run/export/{name} is damaged (cut short or overwritten?"), line
+    assert line.startswith(f"run/export/{name} is not the file the export wrote"), line
     assert line.endswith("export the run again")
     assert listing(work) == before
 

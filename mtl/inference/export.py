@@ -40,7 +40,7 @@ from mtl.builders.weights import DESCRIPTION, NoCheckpoint, trained_weights
 from mtl.config import validate
 from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
-from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, load_export
+from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
 from mtl.inference.trust import check_task
 from mtl.quiet import quiet_libraries
 
@@ -191,6 +191,7 @@ def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Pa
     hidden = model.encoder.config.hidden_size
     meta = {
         "format": FORMAT,
+        "digests": {p.name: file_digest(p) for p in sorted(out.glob("*.safetensors"))},
         "tasks": {
             name: {
                 "config": dataclasses.asdict(task.task_type.config),

@@ -2,10 +2,13 @@
 
 `mtl_tasks.json` is read as data: every task's type, head and metrics must be mtl's own
 (`mtl.inference.trust`) unless the caller trusts the folder, before anything it names is imported.
+It records the sha256 of each weights file (`digests`), checked before the weights are read: a
+file changed after the export (even at the same size, with a valid header) is one line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +56,7 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
         raise MtlError(f"model={path}: {TASKS_FILE} is unreadable; export the run again") from None
     for name, (config, head_class) in spec.items():
         check_task(name, config, head_class, trust=trust_custom_code)
+    check_digests(folder, meta.get("digests") or {})
     tokenizer = load_tokenizer(str(folder))
     encoder = export_encoder(folder)
     heads, tasks = {}, {}
@@ -80,6 +84,28 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
         )
     model.eval()
     return LoadedModel(model, tokenizer, tasks)
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_digests(folder: Path, digests: dict) -> None:
+    """One line for a weights file whose sha256 is not the one its export recorded."""
+    for name, recorded in digests.items():
+        path = folder / str(name)
+        if not path.is_file():
+            raise MtlError(f"model={folder}: {name} is missing; export the run again")
+        if file_digest(path) != recorded:
+            raise MtlError(
+                f"{path} is not the file the export wrote (its sha256 is not the one "
+                f"{TASKS_FILE} records: changed or damaged since); export the run again"
+            )
 
 
 def export_encoder(folder: Path):
