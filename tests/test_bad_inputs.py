@@ -5,6 +5,7 @@ of its own with a `conf/` of task files and data a user could get wrong."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,23 @@ FILES = {
     "data/unlabelled.csv": "\n".join(["text,id", *[f"row {i},{i}" for i in range(20)]]) + "\n",
     "data/twice.csv": "\n".join(["text,label,label", *[f"{r},0" for r in ROWS]]) + "\n",
     "data/one_class.csv": "\n".join(["text,label", *[f"row {i},pos" for i in range(80)]]) + "\n",
+    "data/constant.csv": "\n".join(["text,score", *[f"row {i},1.5" for i in range(40)]]) + "\n",
+    "data/same_set.jsonl": "".join(
+        json.dumps({"text": f"row {i}", "tags": ["a", "b"]}) + "\n" for i in range(40)
+    ),
+    "data/first_choice.jsonl": "".join(
+        json.dumps({"text": f"row {i}", "choices": ["yes", "no"], "label": 0}) + "\n"
+        for i in range(40)
+    ),
     "not_a_model/notes.txt": "a folder, not a model",
+}
+# labels that teach nothing, one task type each (task name -> its file)
+UNTAUGHT = {
+    "constant": "type: regression\nsource: {path: data/constant.csv}\nlabel_column: score\n",
+    "same_set": "type: multi_label_classification\nsource: {path: data/same_set.jsonl}\n"
+    "label_column: tags\n",
+    "first_choice": "type: multiple_choice\nsource: {path: data/first_choice.jsonl}\n"
+    "choices_column: choices\n",
 }
 TASK = (
     "# @package task.{name}\ntype: sequence_classification\nsource: {source}\n"
@@ -47,6 +64,8 @@ def project(tmp_path, monkeypatch):
         (tmp_path / "conf" / "task" / f"{name}.yaml").write_text(
             TASK.format(name=name, source=source)
         )
+    for name, body in UNTAUGHT.items():
+        (tmp_path / "conf" / "task" / f"{name}.yaml").write_text(f"# @package task.{name}\n{body}")
     (tmp_path / "conf" / "task" / "no_package.yaml").write_text(
         "type: sequence_classification\nsource: {path: data/ok.csv}\n"
     )
@@ -142,6 +161,9 @@ CASES = [
             "'pos', one class",
         ],
     ),
+    (["task=[constant]"], ["every value in column 'score' is 1.5", "constant target"]),
+    (["task=[same_set]"], ["every row in column 'tags' has the label set ['a', 'b']"]),
+    (["task=[first_choice]"], ["every row's answer (column 'label') is choice 0"]),
     # a key its own task file does not write is added with + (the file names no type schema)
     (["task=[with_test]", "+task.with_test.text_column=txt"], ["'txt' missing from the train"]),
     # loader and sampler (their classes' arguments)

@@ -53,6 +53,11 @@ def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, in
                 "are loader.<key>=<value>"
             )
         elif not value.isdigit():
+            if key in inspect.signature(loader).parameters:
+                raise MtlError(
+                    f"{key}={value}: a loader option is written loader.{key}={value} (a task's "
+                    "size is <task>=<batches>)"
+                )
             raise MtlError(f"task {key!r}: size {value!r}; give its number of batches (an int)")
         else:
             sizes[key] = int(value)

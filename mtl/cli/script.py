@@ -17,6 +17,7 @@ at once (a training's second one: the first saves a checkpoint) is the line `mtl
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import textwrap
@@ -42,6 +43,9 @@ class _OneLineErrors(ContextDecorator):
         return self
 
     def __exit__(self, kind: Any, err: BaseException | None, trace: Any) -> None:
+        if isinstance(err, BrokenPipeError):  # `mtl-train --help | head`: the reader is done
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            sys.exit(0)
         if isinstance(err, KeyboardInterrupt):
             if env_rank() == 0:
                 print(INTERRUPTED, file=sys.stderr)

@@ -16,7 +16,7 @@ import yaml
 from hydra.utils import get_class
 
 from mtl.artifacts import config_dir
-from mtl.errors import MtlError
+from mtl.errors import MtlError, did_you_mean
 
 
 def loader_class(name: str) -> type:
@@ -25,7 +25,8 @@ def loader_class(name: str) -> type:
     folder = config_dir() / "loader"
     names = sorted(path.stem for path in folder.glob("*.yaml"))
     if name not in names:
-        raise MtlError(f"loader: unknown name {name!r}; use one of {', '.join(names)}")
+        hint = did_you_mean(name, names)
+        raise MtlError(f"loader: unknown name {name!r}; {hint}use one of {', '.join(names)}")
     with open(folder / f"{name}.yaml") as file:
         return get_class(yaml.safe_load(file)["_target_"])
 

@@ -176,6 +176,17 @@ class MultipleChoice(TaskType):
         question = [c.question_column] if c.question_column else []
         return [c.text_column, *question, c.choices_column, c.label_column]
 
+    def check_train_labels(self, train, where):
+        column = self.config.label_column
+        if column in train.column_names and len(train) > 1:
+            answers = set(train[column])
+            if len(answers) == 1:
+                raise MtlError(
+                    f"{where}: every row's answer (column {column!r}) is choice "
+                    f"{next(iter(answers))!r}; a model learns the position, not the task: put "
+                    "the right choice at different positions (check label_column, or the data)"
+                )
+
     def encode(self, rows, tokenizer, label_names, where):
         c = self.config
         contexts = _strings(rows[c.text_column], c.text_column, where)

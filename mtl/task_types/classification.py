@@ -94,6 +94,17 @@ class Regression(TaskType):
     def columns(self) -> list[str]:
         return text_columns(self.config)
 
+    def check_train_labels(self, train, where):
+        column = self.config.label_column
+        if column in train.column_names and len(train) > 1:
+            values = {_to_float(x, where) for x in train[column]}
+            if len(values) == 1:
+                raise MtlError(
+                    f"{where}: every value in column {column!r} is {next(iter(values))!r}; a "
+                    "regression learns nothing from a constant target (and its Pearson is "
+                    "undefined): check label_column, or the data"
+                )
+
     def encode(self, rows, tokenizer, label_names, where):
         enc = encode_texts(self.config, rows, tokenizer, where)
         return model_rows(enc, [_to_float(x, where) for x in rows[self.config.label_column]])

@@ -61,6 +61,18 @@ class MultiLabelClassification(TaskType):
     def columns(self) -> list[str]:
         return text_columns(self.config)
 
+    def check_train_labels(self, train, where):
+        column = self.config.label_column
+        if column in train.column_names and len(train) > 1:
+            sets = {frozenset(self._cell(cell, where)) for cell in train[column]}
+            if len(sets) == 1:
+                shown = sorted(next(iter(sets)), key=str)
+                raise MtlError(
+                    f"{where}: every row in column {column!r} has the label set {shown}; a "
+                    "multi-label classifier needs rows whose sets differ (check label_column, "
+                    "or the data)"
+                )
+
     def infer_label_names(self, labels: Sequence[Any]) -> list[str]:
         where = f"task {self.name!r}, train split"
         values = [x for cell in labels for x in self._cell(cell, where)]

@@ -160,3 +160,34 @@ def test_the_error_exit_is_also_a_context_manager_and_passes_other_errors(capsys
     assert capsys.readouterr().err == "mtl: error: bad\n"
     with pytest.raises(KeyError):
         body(KeyError("a bug keeps its traceback"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["randon", "a=3", "b=4"], "unknown name 'randon'; did you mean random?"),
+        (["random", "a=3", "weighting=temperature"], "written loader.weighting=temperature"),
+    ],
+)
+def test_dry_run_points_to_the_name_or_option_meant(argv, expected, capsys):
+    from mtl.cli.dry_run import main
+
+    assert expected in one_line(capsys, lambda: main(argv))
+
+
+@pytest.mark.slow  # the process's own stdout is what is tested
+def test_help_into_a_pipe_closed_early_ends_quietly():
+    """`mtl-train --help | head -1`: the reader leaves before the help is written; no
+    BrokenPipeError traceback, status 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # as `head` does once it has its lines
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err[-2000:]
