@@ -390,3 +390,43 @@ def test_a_library_another_process_is_building_is_left_alone(tmp_path):
         assert repair_cache(tmp_path) == []
     assert half.exists()
     assert repair_cache(tmp_path) == [half] and not half.exists()
+
+
+@pytest.mark.slow  # a training command run as another user: its own process
+@pytest.mark.parametrize(
+    ("args", "cwd", "expected"),
+    [
+        (["hydra.run.dir=locked/run"], ".", "cannot write in {work}/locked (permission denied)"),
+        (["hydra.run.dir=locked"], ".", "cannot write in {work}/locked (permission denied)"),
+        (["hydra.run.dir=/root/mtl-run/run"], ".", "run folder /root/mtl-run/run: cannot "),
+        ([], "locked", "cannot write in {work}/locked (permission denied)"),
+        (["trainer.resume={work}/locked_run"], ".", "cannot write in {work}/locked_run"),
+    ],
+    ids=["new folder", "existing folder", "under /root", "default folder", "resume"],
+)
+def test_a_run_folder_the_user_cannot_write_is_one_line(work, args, cwd, expected):
+    """As an unprivileged user: a run folder they cannot write (new or existing, given, the
+    default one under a working folder they cannot write, a run to resume) is one line before
+    Hydra makes it or opens its log file; nothing is written."""
+    locked, locked_run = work / "locked", work / "locked_run"
+    locked.mkdir()
+    shutil.copytree(work / "run", locked_run)
+    for path in [work, *work.rglob("*")]:  # readable by every user: the test may run as nobody
+        path.chmod(path.stat().st_mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0))
+    for folder in (locked, locked_run):
+        folder.chmod(0o555)
+    prefix = unprivileged_prefix(work)
+    if prefix is None:
+        pytest.skip("no unprivileged user here (not root without setpriv, nor user nobody)")
+    if "/root" in " ".join(args) and (os.geteuid() == 0 and "--reuid=65534" not in prefix):
+        pytest.skip("the user here is root without its file-mode powers, and owns /root")
+    before = listing(work)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HOME": str(work)}
+    command = [sys.executable, str(ROOT / "train.py"), *FAST, "model=tiny"]
+    done = subprocess.run(
+        [*prefix, *command, *(a.format(work=work) for a in args)],
+        env=env, capture_output=True, text=True, cwd=work / cwd, timeout=300,
+    )  # fmt: skip
+    line = one_error_line(done.returncode, done.stderr)
+    assert expected.format(work=work) in line, line
+    assert listing(work) == before

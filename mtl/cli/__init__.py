@@ -33,7 +33,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from mtl.artifacts import config_dir, write_file
+from mtl.artifacts import check_writable, config_dir, write_file
 from mtl.cli import job
 from mtl.cli.argv import continue_in_place
 from mtl.cli.script import one_line_errors
@@ -115,6 +115,8 @@ class Preflight(Callback):
         global _made_from, _record
         _made_from, _record = None, None
         run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        with one_line_errors:  # Hydra turns a callback's exceptions into warnings
+            check_run_folder_writable(run_dir)
         subdir = config.hydra.output_subdir
         if run_dir.exists() and subdir is not None:
             _record = run_dir / str(subdir)
@@ -128,6 +130,28 @@ class Preflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with one_line_errors:  # Hydra turns a callback's exceptions into warnings
             check_sweeper(config.hydra.sweeper)
+
+
+def check_run_folder_writable(run_dir: Path) -> None:
+    """One line (every rank alike) when this process cannot write the run folder, or make it in
+    the nearest folder of its path that exists: before Hydra makes it or opens its log file."""
+    folder = run_dir
+    try:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        check_writable(folder, f"run folder {run_dir}")
+    except MtlError as err:
+        raise MtlError(
+            f"{err}, with hydra.run.dir= (or from a folder you can write, for the default "
+            "outputs/)",
+            all_ranks=True,
+        ) from None
+    except OSError as err:  # a folder on the way that this user cannot enter
+        raise MtlError(
+            f"run folder {run_dir}: cannot reach {folder} ({os.strerror(err.errno or 0).lower()}); "
+            "give a folder you can write with hydra.run.dir=",
+            all_ranks=True,
+        ) from None
 
 
 class RunRecord:

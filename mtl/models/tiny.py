@@ -5,13 +5,20 @@ size 32, 2 layers) built from its config class, with the packaged MiniLM tokeniz
 vocabulary size matched; a family without token type ids gets a tokenizer that does not make
 them, as its own does), so that `model.name_or_path=<folder>` trains it like a hub model.
 A model type whose own tokenizer has no pad token (GPT-2) gets none either: an end-of-text
-token instead (`NO_PAD`), never added to a row, which mtl pads with as it does GPT-2's.
+token instead (`NO_PAD`), never added to a row, which mtl pads with as it does GPT-2's. The
+files get the modes of the user's umask, as everything mtl writes.
+
+From a shell, to try a family without a download:
+
+    python -m mtl.models.tiny gpt2 tiny_gpt2     # any of TINY's model types, then a folder
+    mtl-train model.name_or_path=tiny_gpt2 model.random_init=true debug=fast
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from mtl.artifacts import ordinary_modes
 from mtl.models.encoder import default_model_path
 from mtl.models.families import adapter_class
 
@@ -81,4 +88,16 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
         tokenizer.model_input_names = ["input_ids", "attention_mask"]
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # saved
     tokenizer.save_pretrained(folder)
+    ordinary_modes(folder)  # safetensors writes its file 0600
     return folder
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] not in TINY:
+        sys.exit(f"usage: python -m mtl.models.tiny <{'|'.join(TINY)}> <folder>")
+    from mtl.quiet import quiet_libraries
+
+    with quiet_libraries():
+        print(save_tiny_model(sys.argv[1], sys.argv[2]))
