@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 
-import datasets
-from transformers.utils import logging as hf_logging
-
 ACCELERATE = logging.getLogger("accelerate")
 
 
 def quiet_libraries() -> ExitStack:
     """Quiet the libraries now; the returned context manager restores them when it exits."""
+    # Imported here: a console script imports this module before it reads its arguments, and
+    # these two take seconds to import.
+    import datasets
+    from transformers.utils import logging as hf_logging
+
     restore = ExitStack()
     restore.callback(hf_logging.set_verbosity, hf_logging.get_verbosity())
     if hf_logging.is_progress_bar_enabled():

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from mtl.cli import train
+from mtl.cli.train import train
 from mtl.config import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -66,7 +66,7 @@ def train_ok(monkeypatch, capsys):
     process-wide state reset around it: each run sets its own mixed precision); its stderr."""
     from accelerate.state import AcceleratorState
 
-    from mtl.cli import train
+    from mtl.cli.train import train
 
     def call(*args: str) -> str:
         monkeypatch.setattr(sys, "argv", ["mtl-train", *args])

@@ -8,7 +8,7 @@ whole command again and `trainer.resume=<run> trainer.epochs=4` trains it longer
 would change what the run trains is refused once the config is composed).
 Unless the command names the run folder itself (`output_dir=`, `hydra.run.dir=`) or is a
 multirun, `continue_in_place` adds `hydra.run.dir=<run>`, so Hydra makes no new folder (the run's
-`.hydra/` is rewritten only once the resume is accepted: `mtl.cli.Preflight`). To start a new
+`.hydra/` is rewritten only once the resume is accepted: `mtl.cli.train.Preflight`). To start a new
 run from a run's weights, use `model.init_from=<run>`, or name another folder with `output_dir=`.
 """
 

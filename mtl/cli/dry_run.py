@@ -13,9 +13,7 @@ from typing import Any
 import yaml
 
 from mtl.cli.script import Command, Option, Positional, count, one_line_errors
-from mtl.config.checks import check_arguments, parameters
 from mtl.errors import MtlError, did_you_mean
-from mtl.loaders.dry_run import dry_run, loader_class
 
 COMMAND = Command(
     prog="mtl-dry-run",
@@ -42,6 +40,8 @@ COMMAND = Command(
 
 def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, int], dict]:
     """The task sizes and the loader options (values read as YAML) of the `key=value` pairs."""
+    from mtl.config.checks import check_arguments, parameters  # see main
+
     sizes, options = {}, {}
     for key, value in pairs.items():
         if key.startswith("loader."):
@@ -70,6 +70,10 @@ def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, in
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args: dict[str, Any] = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    # Imported once the arguments are read: `--help` and argument errors need none of it, and
+    # it takes seconds to import (torch).
+    from mtl.loaders.dry_run import dry_run, loader_class
+
     loader = loader_class(args["loader"])
     sizes, options = sizes_and_options(args["free"], loader)
     if "epochs" in inspect.signature(loader).parameters:

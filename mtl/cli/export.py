@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from mtl.cli.script import Command, Option, Positional, flag, one_line_errors
-from mtl.inference.export import export_model, run_folder
 from mtl.quiet import quiet_libraries
 
 COMMAND = Command(
@@ -32,6 +31,10 @@ COMMAND = Command(
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    # Imported once the arguments are read: `--help` and argument errors need none of it, and
+    # it takes seconds to import (torch, transformers).
+    from mtl.inference.export import export_model, run_folder
+
     quiet_libraries()
     out = args["out"] or run_folder(args["run"]) / "export"
     flags = {key: args[key] for key in ("overwrite", "standard", "trust_custom_code")}

@@ -8,7 +8,6 @@ import os
 import sys
 
 from mtl.cli.script import REQUIRED, Command, Option, count, flag, names, one_line_errors
-from mtl.inference.predict import predict_file
 from mtl.quiet import quiet_libraries
 
 COMMAND = Command(
@@ -35,6 +34,10 @@ COMMAND = Command(
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    # Imported once the arguments are read: `--help` and argument errors need none of it, and
+    # it takes seconds to import (torch, transformers).
+    from mtl.inference.predict import predict_file
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     quiet_libraries()

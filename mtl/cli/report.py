@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from mtl.cli.script import Command, Positional, one_line_errors
-from mtl.reporting.figures import report
 
 COMMAND = Command(
     prog="mtl-report",
@@ -23,6 +22,10 @@ COMMAND = Command(
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    # Imported once the arguments are read: `--help` and argument errors need none of it, and
+    # it takes seconds to import (torch, transformers).
+    from mtl.reporting.figures import report
+
     for path in report(args["folder"]):
         print(path)
 

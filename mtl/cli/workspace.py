@@ -7,7 +7,6 @@ import json
 import sys
 
 from mtl.cli.script import REQUIRED, Command, Option, flag, names, one_line_errors
-from mtl.reporting.workspace import folder_spec, save_workspace
 
 COMMAND = Command(
     prog="mtl-workspace",
@@ -32,6 +31,10 @@ COMMAND = Command(
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args = COMMAND.parse(sys.argv[1:] if argv is None else argv)
+    # Imported once the arguments are read: `--help` and argument errors need none of it, and
+    # it takes seconds to import (torch, transformers).
+    from mtl.reporting.workspace import folder_spec, save_workspace
+
     keys = ("entity", "project", "run", "tasks", "params", "monitor", "name")
     spec = folder_spec(**{key: args[key] for key in keys})
     print(json.dumps(spec, indent=2) if args["dry_run"] else save_workspace(spec))

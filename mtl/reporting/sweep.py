@@ -17,7 +17,7 @@ window does not weigh), padding efficiency (mean over the windows) and the job's
 best row by `monitor_mode` (max unless `results.json` says min) is marked.
 
 A job that ends with `sys.exit` (mtl's bad input: one line on stderr, status 2) would end the whole
-multirun, as Hydra records only exceptions as failed jobs: `mtl.cli` turns it into `JobFailed`
+multirun, as Hydra records only exceptions as failed jobs: `mtl.cli.train` turns it into `JobFailed`
 inside a multirun, so the other jobs run on and the row carries the error.
 """
 

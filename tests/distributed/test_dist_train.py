@@ -175,7 +175,7 @@ sys.path.insert(0, {root!r})
 import mtl.training.launch.distributed
 # accelerate finds no distributed device here: it would run 1 process each
 mtl.training.launch.distributed.has_distributed_device = lambda: True
-from mtl.cli import train
+from mtl.cli.train import train
 train()
 """
 
@@ -205,17 +205,17 @@ def test_dist_process_count_differing_from_launch_stops_at_start(tmp_path):
 RANK_0_LATE = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-import mtl.cli
+import mtl.cli.train as cli
 
-start_launch = mtl.cli.start_launch
+start_launch = cli.start_launch
 
 def late_start_launch():
     start_launch()
     if os.environ["RANK"] == "0":
         time.sleep(3)  # rank 1's Hydra makes the run folder first
 
-mtl.cli.start_launch = late_start_launch
-mtl.cli.train()
+cli.start_launch = late_start_launch
+cli.train()
 """
 
 

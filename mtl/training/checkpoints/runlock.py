@@ -29,7 +29,7 @@ from pathlib import Path
 from mtl.errors import MtlError
 
 LOCK = ".mtl-lock"
-GUARD = ".mtl-lock.guard"  # the flock's file of earlier versions (a start file: mtl.cli)
+GUARD = ".mtl-lock.guard"  # the flock's file of earlier versions (a start file: mtl.cli.train)
 
 
 def process_start(pid: int) -> str | None:
