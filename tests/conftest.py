@@ -89,3 +89,15 @@ def train_here(monkeypatch, capsys):
         return code, captured.err
 
     return call
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """Every file under `folder` by its path, with its sha256: compare a folder before and after
+    a command that must leave it as it was."""
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }

@@ -4,7 +4,6 @@ progress, and `trainer.resume=<run>` alone continues the run as it was configure
 
 from __future__ import annotations
 
-import hashlib
 import random
 import signal
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtl.training.setup import run as setup_run
+from tests.conftest import file_digests
 
 COMMON = (
     "model=tiny",
@@ -22,15 +22,6 @@ COMMON = (
     "trainer.progress_bar=false",
     "trainer.export=false",
 )
-
-
-def listing(folder: Path) -> dict[str, str]:
-    """Every file under `folder` by its path, with its sha256."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -52,7 +43,7 @@ def trained(tmp_path, train_here) -> Path:
     ],
 )
 def test_a_refused_command_leaves_the_run_folder_as_it_was(trained, train_here, command):
-    before = listing(trained)
+    before = file_digests(trained)
     code, err = train_here(*COMMON, *(arg.format(run=trained) for arg in command))
     lines = err.strip().splitlines()
     assert code == 2 and lines[-1].startswith("mtl: error: "), err[-2000:]
@@ -61,7 +52,7 @@ def test_a_refused_command_leaves_the_run_folder_as_it_was(trained, train_here, 
         assert "the run trained with" in lines[-1] and "drop that override" in lines[-1]
     else:
         assert "holds another training" in lines[-1]
-    assert listing(trained) == before
+    assert file_digests(trained) == before
 
 
 class SignalAt:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mtl.training.checkpoints.runlock import LOCK, process_start
+from tests.conftest import file_digests
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -74,19 +75,9 @@ def test_dist_a_held_folder_is_refused_on_every_rank_and_a_stale_lock_taken_over
         assert (header["world"], header["rank"]) == (2, rank)
 
     # another training into the finished run's folder: refused, the folder as it was (.hydra/ too)
-    before = listing(run_dir)
+    before = file_digests(run_dir)
     again = launch(run_dir, tmp_path, "seed=5")
     output = again.stdout + again.stderr
     errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
     assert again.returncode != 0 and len(errors) == 1 and "holds another training" in errors[0]
-    assert listing(run_dir) == before
-
-
-def listing(folder: Path) -> dict[str, str]:
-    import hashlib
-
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    assert file_digests(run_dir) == before

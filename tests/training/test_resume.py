@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from mtl.errors import MtlError
 from mtl.training.checkpoints.runlock import LOCK, process_start
 from mtl.training.tracking.wandb_file import read_history
+from tests.conftest import file_digests
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = [
@@ -530,10 +531,10 @@ def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "lo')
     cfg = compose(f"output_dir={run_dir}")
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    before = listing(run_dir)
+    before = file_digests(run_dir)
     with pytest.raises(MtlError, match=r"holds another training \(metrics.jsonl, no checkpoint"):
         run(compose(f"output_dir={run_dir}", "seed=5"))
-    assert listing(run_dir) == before
+    assert file_digests(run_dir) == before
     run(cfg)
     steps = [r["step"] for r in rows(run_dir)]
     assert steps == [1, 2, 3, 4, 4] and rows(run_dir)[0]["loss"] != 9.0
@@ -541,18 +542,7 @@ def test_a_start_into_a_folder_whose_attempt_saved_no_checkpoint_restarts_it(
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
-    before = listing(bare)
+    before = file_digests(bare)
     with pytest.raises(MtlError, match="whose config is unknown"):
         run(compose(f"output_dir={bare}"))
-    assert listing(bare) == before
-
-
-def listing(folder: Path) -> dict[str, str]:
-    """Every file under `folder` by its path, with its sha256."""
-    import hashlib
-
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    assert file_digests(bare) == before
