@@ -34,8 +34,9 @@ class RandomLoader(CompositeLoader):
       batches.
 
     Weights that move change by epoch (annealed, `temperature_end`) under every policy; `stages`
-    switch at a loader step and `max_passes` caps a task's passes per epoch, both under the
-    fixed-length epochs (each_once, steps_per_epoch). `epochs` (the run's; training gives
+    switch at a loader step under the fixed-length epochs (each_once, steps_per_epoch);
+    `max_passes` caps a task's passes per epoch under those and cycle_to_longest (a capped task
+    is drawn no more once it reaches its cap). `epochs` (the run's; training gives
     `trainer.epochs`) is needed by what moves.
 
     Random: the task sequence of epoch e is drawn up front from `np.random.default_rng([seed,
@@ -72,11 +73,24 @@ class RandomLoader(CompositeLoader):
             size_cap=None if size_cap is None else int(size_cap), stages=stages,
             max_passes=max_passes, epochs=epochs,
         )  # fmt: skip
-        if (stages or max_passes is not None) and self.fixed_length is None:
+        if stages and self.fixed_length is None:
             raise MtlError(
-                f"loader.stages and loader.max_passes need epochs of a fixed number of steps "
-                f"(exhaust=each_once or steps_per_epoch), not exhaust={self.exhaust}"
+                f"loader.stages need epochs of a fixed number of steps (exhaust=each_once or "
+                f"steps_per_epoch), not exhaust={self.exhaust}"
             )
+        if max_passes is not None and self.exhaust == "first":
+            raise MtlError(
+                "loader.max_passes: under exhaust=first no task makes a second pass; use "
+                "each_once, cycle_to_longest or steps_per_epoch"
+            )
+        caps = self.mixture.caps
+        if caps is not None and self.exhaust == "cycle_to_longest" and self.steps_per_epoch is None:
+            longest = int(np.argmax(self.sizes * self.mixture.in_play()))
+            if caps[longest] < self.sizes[longest]:
+                raise MtlError(
+                    f"loader.max_passes: task {self.names[longest]!r} ends each epoch after one "
+                    "pass (exhaust=cycle_to_longest); give it at least 1"
+                )
         self.mixture.boundaries(self.fixed_length if stages else None)  # one line if bad
 
     @property
@@ -111,7 +125,9 @@ class RandomLoader(CompositeLoader):
         p = weights / weights.sum()
         if self.exhaust == "cycle_to_longest":
             longest = int(np.argmax(self.sizes * (p > 0)))
-            return _draw_until_count(rng, p, longest, int(self.sizes[longest]))
+            if self.mixture.caps is None:
+                return _draw_until_count(rng, p, longest, int(self.sizes[longest]))
+            return _draw_capped(rng, p, longest, int(self.sizes[longest]), self.mixture.caps)
         if self.mixture.base["weighting"] == "proportional":  # p_t ~ batches left: a shuffle
             order = rng.permutation(np.repeat(np.arange(len(p)), self.sizes))
             ends = [np.flatnonzero(order == t)[-1] for t in range(len(p))]
@@ -144,6 +160,28 @@ def _draw_until_out(
         if first_only:
             break
     return np.concatenate(parts)
+
+
+def _draw_capped(
+    rng: np.random.Generator, p: np.ndarray, task: int, count: int, caps: np.ndarray
+) -> np.ndarray:
+    """As `_draw_until_count`, but a task that reaches its cap (batches this epoch) is drawn no
+    more: the draws stop before its first one past the cap and go on without it."""
+    p, taken, parts = p.copy(), np.zeros(len(p), dtype=np.int64), []
+    while True:
+        draws = _draw_until_count(rng, p / p.sum(), task, count - int(taken[task]))
+        over = [
+            hits[int(caps[t] - taken[t])]
+            for t in np.flatnonzero(p > 0)
+            if t != task and len(hits := np.flatnonzero(draws == t)) > caps[t] - taken[t]
+        ]
+        if not over:
+            parts.append(draws)
+            return np.concatenate(parts)
+        stop = min(over)
+        parts.append(draws[:stop])
+        taken += np.bincount(draws[:stop], minlength=len(p))
+        p[draws[stop]] = 0.0  # reached its cap: its mass goes to the others
 
 
 def _draw_until_count(rng: np.random.Generator, p: np.ndarray, task: int, count: int) -> np.ndarray:

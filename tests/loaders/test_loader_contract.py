@@ -44,6 +44,7 @@ BUILTIN = [
         },
     ),  # fmt: skip
     (RandomLoader, {"max_passes": 1.5, "weighting": "uniform"}),
+    (RandomLoader, {"max_passes": 1.5, "weighting": "uniform", "exhaust": "cycle_to_longest"}),
     (RandomLoader, {"max_passes": 3, "weighting": "uniform", "steps_per_epoch": 8}),
     (RandomLoader, {"stages": [{"until": 0.4, "weighting": "uniform"}, {}], "epochs": 3}),
     (

@@ -175,6 +175,8 @@ def test_a_task_that_runs_out_restarts_with_a_fresh_shuffle(make_tasks, keys):
         ({"stages": [{"until": 2, "weight": 1}, {}], "epochs": 2}, "unknown key"),
         ({"stages": [{"until": 2}, {}], "exhaust": "first", "epochs": 2}, "fixed number"),
         ({"max_passes": 0}, "max_passes"),
+        ({"max_passes": 2, "exhaust": "first"}, "no task makes a second pass"),
+        ({"max_passes": {"b": 0.5}, "exhaust": "cycle_to_longest"}, "give it at least 1"),
         ({"max_passes": {"zz": 2}}, "'zz'"),
         ({"max_passes": 1, "weighting": {"a": 0, "b": 1}, "steps_per_epoch": 9}, "reached its cap"),
     ],
@@ -253,27 +255,35 @@ def test_stages_switch_at_the_step_named():
     assert np.bincount(halves.schedule(1)).tolist() == [5, 5]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 30), min_size=2, max_size=4),
     cap=st.floats(1.0, 3.0),
     weighting=st.sampled_from(["uniform", "temperature", "annealed"]),
-    steps=st.one_of(st.none(), st.integers(1, 200)),
+    policy=st.sampled_from(["each_once", "cycle_to_longest", "steps"]),
+    steps=st.integers(1, 200),
     seed=st.integers(0, 99),
 )
-def test_caps_are_never_exceeded(sizes, cap, weighting, steps, seed):
+def test_caps_are_never_exceeded(sizes, cap, weighting, policy, steps, seed):
     names = [str(i) for i in range(len(sizes))]
+    epoch_steps = steps if policy == "steps" else None
+    exhaust = None if policy == "steps" else policy
     loader = RandomLoader(stand_ins(**dict(zip(names, sizes, strict=True))), seed=seed,
-                          weighting=weighting, max_passes=cap, steps_per_epoch=steps,
-                          epochs=3)  # fmt: skip
+                          weighting=weighting, max_passes=cap, steps_per_epoch=epoch_steps,
+                          exhaust=exhaust, epochs=3)  # fmt: skip
     room = np.floor(cap * np.array(sizes))
     for epoch in range(3):
-        if steps is not None and steps > room.sum():
+        if policy == "steps" and steps > room.sum():
             with pytest.raises(MtlError, match="reached its cap"):
                 loader.schedule(epoch)
             return
         counts = np.bincount(loader.schedule(epoch), minlength=len(sizes))
-        assert (counts <= room).all() and counts.sum() == (steps or sum(sizes))
+        assert (counts <= room).all()
+        if policy == "cycle_to_longest":  # ends when the longest has given one pass
+            longest = int(np.argmax(sizes))
+            assert counts[longest] == sizes[longest] and loader.schedule(epoch)[-1] == longest
+        else:
+            assert counts.sum() == (steps if policy == "steps" else sum(sizes))
 
 
 def test_a_capped_tasks_mass_goes_to_the_others():
