@@ -7,7 +7,8 @@ writes it once more. The table is built from the folders, not from memory, so it
 every launcher (the basic one runs jobs in this process, joblib in worker processes, submitit on
 other machines), and it is there when a failed job makes Hydra end the multirun with an error.
 
-A row: the job's number, status (`COMPLETED`, `FAILED`, `STOPPED`: a signal stopped it after a
+A row: the job's number, its task mixture (`mixture`: loader, weighting, schedule), status
+(`COMPLETED`, `FAILED`, `STOPPED`: a signal stopped it after a
 checkpoint, to resume; or `STARTED`: began and never reported an end, so still running or killed),
 the error's first line (for `STOPPED`, how to resume), the monitored value (`trainer.monitor` at
 its best evaluation, from `results.json`), each task's main dev metric at that evaluation (the
@@ -30,6 +31,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -212,6 +214,7 @@ def job_row(folder: Path) -> dict[str, Any]:
         "monitor": found.value,
         "monitor_name": found.name,
         "monitor_mode": found.mode,
+        "mixture": mixture(config or {}),
         "metrics": task_metrics(config or {}, found.figures),
         "steps": results.get("step"),
         "wall_s": record.get("wall_s"),
@@ -281,11 +284,35 @@ def task_metrics(config: dict, figures: dict) -> dict[str, float | None]:
     return out
 
 
+def mixture(config: dict) -> str:
+    """The job's task mixture in a few words: its loader (`random`, `mixup`, ...) and, for a
+    weighted one, the weighting and what moves it (a temperature schedule, stages, caps)."""
+    loader = config.get("loader") or {}
+    target = str(loader.get("_target_", "")).rsplit(".", 1)[-1].removesuffix("Loader")
+    parts = [re.sub(r"(?<!^)(?=[A-Z])", "_", target).lower() or "?"]
+    weighting = loader.get("weighting")
+    if isinstance(weighting, dict):
+        parts.append("weights " + ",".join(f"{task}={w}" for task, w in weighting.items()))
+    elif weighting:
+        parts.append(str(weighting))
+    if weighting == "temperature":
+        end = loader.get("temperature_end")
+        moves = f"->{end} {loader.get('shape', 'linear')}" if end is not None else ""
+        parts.append(f"T={loader.get('temperature')}{moves}")
+    if loader.get("stages"):
+        parts.append(f"{len(loader['stages'])} stages")
+    if loader.get("max_passes") is not None:
+        parts.append(f"max_passes={loader['max_passes']}")
+    if loader.get("steps_per_epoch"):
+        parts.append(f"{loader['steps_per_epoch']} steps/epoch")
+    return " ".join(parts)
+
+
 def summary_columns(rows: list[dict]) -> list[str]:
     metric_columns: list[str] = []
     for row in rows:
         metric_columns += [k for k in row["metrics"] if k not in metric_columns]
-    columns = ["job", "status", "best", "monitor", *metric_columns, "steps", "wall_s"]
+    columns = ["job", "status", "best", "mixture", "monitor", *metric_columns, "steps", "wall_s"]
     columns.append("tokens_per_s")
     if any(r["examples_per_s"] is not None for r in rows):
         columns.append("examples_per_s")

@@ -201,6 +201,9 @@ def fake_job(sweep: Path, num: int, results: dict | None, status: str | None = "
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"trainer.lr={num}"]))
     config = {"task": {"a": {"metrics": ["f1", "accuracy"]}, "b": {"metrics": None}}}
+    config["loader"] = {"_target_": "mtl.loaders.RandomLoader", "weighting": "temperature",
+                        "temperature": 1.0, "temperature_end": 3.0, "shape": "cosine",
+                        "max_passes": 2}  # fmt: skip
     (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
     (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"num": num}}}))
     if results is not None:
@@ -248,6 +251,7 @@ def test_the_summary_takes_the_best_evaluation_and_the_monitor_mode_of_results_j
     assert [r["a/f1"] for r in rows] == ["0.9", "0.7", ""]  # the first listed metric
     assert [r["b/pearson"] for r in rows] == ["0.25", "0.25", ""]  # the first eval key
     assert rows[2]["overrides"] == "trainer.lr=2"
+    assert rows[0]["mixture"] == "random temperature T=1.0->3.0 cosine max_passes=2"
 
 
 def test_without_a_best_evaluation_the_monitor_is_the_mean_of_the_main_metrics(tmp_path):
