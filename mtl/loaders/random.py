@@ -132,34 +132,26 @@ class RandomLoader(CompositeLoader):
             order = rng.permutation(np.repeat(np.arange(len(p)), self.sizes))
             ends = [np.flatnonzero(order == t)[-1] for t in range(len(p))]
             return order[: min(ends) + 1]
-        return _draw_until_out(rng, self.sizes, weights, first_only=True)
+        return _draw_until_first_out(rng, self.sizes, weights)
 
 
-def _draw_until_out(
-    rng: np.random.Generator, sizes: np.ndarray, weights: np.ndarray, *, first_only: bool
+def _draw_until_first_out(
+    rng: np.random.Generator, sizes: np.ndarray, weights: np.ndarray
 ) -> np.ndarray:
-    """Draw tasks with `weights` renormalised over the tasks not yet used up, until all of them
-    (or, with `first_only`, the first of them) are used up. Tasks with weight 0 are never drawn.
-
-    Vectorised per stretch with a fixed set of active tasks: draw enough steps that one task
-    surely runs out, keep the draws up to the first that does, and go on with the rest."""
+    """Draw tasks with `weights` until the first of them is used up (its `sizes` batches drawn).
+    Tasks with weight 0 are never drawn. Vectorised: draw enough steps that one task surely runs
+    out (pigeonhole), and keep the draws up to the first that does."""
     remaining = np.where(weights > 0, sizes, 0)
-    parts = []
-    while remaining.any():
-        active = np.flatnonzero(remaining)
-        n_draws = int(remaining.sum()) - len(active) + 1  # pigeonhole: some task runs out by then
-        p = weights[active] / weights[active].sum()
-        draws = active[rng.choice(len(active), size=n_draws, p=p)]
-        out_at = min(
-            hits[remaining[t] - 1]
-            for t in active
-            if len(hits := np.flatnonzero(draws == t)) >= remaining[t]
-        )
-        parts.append(draws[: out_at + 1])
-        remaining -= np.bincount(parts[-1], minlength=len(remaining))
-        if first_only:
-            break
-    return np.concatenate(parts)
+    active = np.flatnonzero(remaining)
+    n_draws = int(remaining.sum()) - len(active) + 1
+    p = weights[active] / weights[active].sum()
+    draws = active[rng.choice(len(active), size=n_draws, p=p)]
+    out_at = min(
+        hits[remaining[t] - 1]
+        for t in active
+        if len(hits := np.flatnonzero(draws == t)) >= remaining[t]
+    )
+    return draws[: out_at + 1]
 
 
 def _draw_capped(
