@@ -116,15 +116,14 @@ class Preflight(Callback):
         _made_from, _record = None, None
         run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
         with one_line_errors:  # Hydra turns a callback's exceptions into warnings
-            check_run_folder_writable(run_dir)
+            existing = check_run_folder_writable(run_dir)
         subdir = config.hydra.output_subdir
-        if run_dir.exists() and subdir is not None:
+        if existing == run_dir and subdir is not None:
             _record = run_dir / str(subdir)
             with read_write(config.hydra):  # the object Hydra's run_job reads next
                 config.hydra.output_subdir = None
-        folder = run_dir
-        while not folder.exists() and folder != folder.parent:
-            _made_from, folder = folder, folder.parent
+        if existing != run_dir:  # the first folder of the path this command makes
+            _made_from = existing / run_dir.relative_to(existing).parts[0]
         launch_barrier()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -132,14 +131,16 @@ class Preflight(Callback):
             check_sweeper(config.hydra.sweeper)
 
 
-def check_run_folder_writable(run_dir: Path) -> None:
-    """One line (every rank alike) when this process cannot write the run folder, or make it in
-    the nearest folder of its path that exists: before Hydra makes it or opens its log file."""
+def check_run_folder_writable(run_dir: Path) -> Path:
+    """The run folder, or the nearest folder of its path that exists (where this command makes
+    the rest); one line (every rank alike) when this process cannot write there: before Hydra
+    makes the folder or opens its log file."""
     folder = run_dir
     try:
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
         check_writable(folder, f"run folder {run_dir}")
+        return folder
     except MtlError as err:
         raise MtlError(
             f"{err}, with hydra.run.dir= (or from a folder you can write, for the default "

@@ -203,6 +203,18 @@ SCHEMAS = {
 }
 
 
+def flat(config: dict, prefix: str = "") -> dict:
+    """A plain config as dotted keys: `{"a": {"b": 1}}` is `{"a.b": 1}` (lists and empty
+    mappings are values)."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore, where config files name them in their defaults
     (`defaults: [/trainer_schema, _self_]`). Call before composing: `mtl-train` does; so must

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from mtl.config import flat
 from mtl.errors import MtlError
 from mtl.task_types import metric_directions, task_type_class
 from mtl.training.diagnostics import diagnostic_keys
@@ -43,16 +44,6 @@ DEFAULT_PARAMS = ["loader._target_", "sampler._target_", "trainer.lr"]
 
 
 # -- what a run logs -------------------------------------------------------------------------------
-
-
-def flat(config: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def task_metrics(config: dict) -> dict[str, list[str]]:

@@ -27,7 +27,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
-from mtl.config import Settings
+from mtl.config import Settings, flat
 from mtl.errors import MtlError
 from mtl.training.checkpoints.checkpoint import carry_best
 from mtl.training.checkpoints.trusted import check_data_only
@@ -343,7 +343,7 @@ def changed_settings(run_dir: Path, cfg: DictConfig) -> tuple[str, str] | None:
     tasks = [sorted(recorded.get("task") or {}), sorted(ours.get("task") or {})]
     if tasks[0] != tasks[1]:
         return f"task=[{','.join(tasks[0])}]", f"task=[{','.join(tasks[1])}]"
-    theirs, mine = _flat(recorded), _flat(ours)
+    theirs, mine = flat(recorded), flat(ours)
     for key in sorted(theirs.keys() | mine.keys()):
         if any(key == c or key.startswith(c + ".") for c in CHANGEABLE):
             continue
@@ -360,17 +360,6 @@ UNSET = "<unset>"
 
 def _value(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """`{"a": {"b": 1}}` as `{"a.b": 1}` (lists and empty mappings are values)."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat |= _flat(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
