@@ -157,7 +157,7 @@ CASES = [
     (
         ["task=[one_class]", "task.one_class.label_names=null"],
         [
-            "task 'one_class', train split (its first 64 rows: data.max_examples)",
+            "task 'one_class', train split (64 sampled rows: data.max_examples)",
             "'pos', one class",
         ],
     ),

@@ -109,7 +109,7 @@ def cut(path: Path) -> None:
 
 @pytest.mark.parametrize("tool", ["export", "predict"])
 def test_a_best_model_cut_short_is_named_with_the_checkpoint_to_use(work, capsys, tool):
-    cut(work / "run" / "checkpoints" / "best" / "model.pt")
+    cut(work / "run" / "checkpoints" / "best" / "model.safetensors")
     before = listing(work)
     if tool == "export":
         result = command(capsys, export_main, "run", "out")
@@ -119,19 +119,40 @@ def test_a_best_model_cut_short_is_named_with_the_checkpoint_to_use(work, capsys
             "output=out.jsonl",
         )  # fmt: skip
     line = one_error_line(*result)
-    assert line.startswith("run/checkpoints/best is damaged (model.pt has "), line
+    assert line.startswith("run/checkpoints/best is damaged (model.safetensors has "), line
     assert "give another whole checkpoint of the run instead (run/checkpoints/step_0000004)" in line
     assert listing(work) == before
 
 
-def test_a_torch_file_that_matches_its_marker_but_is_not_one_is_named(work, capsys):
-    """Bytes overwritten in place (the size the marker records kept): torch's own reader."""
-    best = work / "run" / "checkpoints" / "best" / "model.pt"
+def test_a_best_model_saved_as_a_torch_file_by_older_runs_still_exports(work, capsys):
+    """Older runs kept `checkpoints/best/model.pt`; their export holds the same weights."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    best = work / "run" / "checkpoints" / "best"
+    weights = load_file(best / "model.safetensors")
+    torch.save(weights, best / "model.pt")
+    (best / "model.safetensors").unlink()
+    marker = json.loads((best / "mtl_checkpoint.json").read_text())
+    marker["files"].pop("model.safetensors")
+    marker["files"]["model.pt"] = (best / "model.pt").stat().st_size
+    (best / "mtl_checkpoint.json").write_text(json.dumps(marker))
+    export_main(["run", "out"])
+    heads = load_file(work / "out" / "heads.safetensors")
+    assert heads and all(torch.equal(v, weights[f"heads.{k}"]) for k, v in heads.items())
+
+
+def test_a_weights_file_that_matches_its_marker_but_is_not_one_is_named(work, capsys):
+    """Bytes overwritten in place (the size the marker records kept): safetensors' reader."""
+    best = work / "run" / "checkpoints" / "best" / "model.safetensors"
     size = best.stat().st_size
     best.write_bytes(b"\0" * size)
     line = one_error_line(*command(capsys, export_main, "run", "out"))
-    assert line.startswith("run/checkpoints/best/model.pt is damaged (cut short or overwritten?")
-    assert "not the zip archive torch saves" in line and "step_0000004" in line
+    prefix = "run/checkpoints/best/model.safetensors is damaged (cut short or overwritten?"
+    assert line.startswith(prefix), line
+    assert "step_0000004" in line
     assert not (work / "out").exists()
 
 

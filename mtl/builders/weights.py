@@ -24,6 +24,15 @@ MARKER = "mtl_checkpoint.json"
 WEIGHTS = ("model.safetensors", "pytorch_model_fsdp.bin")  # DDP's, FSDP's (full state dict)
 
 
+BEST_WEIGHTS = "model.safetensors"  # in checkpoints/best (older runs hold model.pt)
+
+
+def best_weights_file(best: Path) -> Path:
+    """The weights file of a `checkpoints/best` folder (`model.pt` in older runs)."""
+    older = best / "model.pt"
+    return older if older.is_file() and not (best / BEST_WEIGHTS).is_file() else best / BEST_WEIGHTS
+
+
 DESCRIPTION = "mtl_run.json"  # the run's tasks and model (mtl.training.checkpoints.resume.describe)
 
 
@@ -164,7 +173,7 @@ def _best_weights(best: Path) -> dict:
     problem = incomplete_reason(best)
     if problem is not None:
         raise MtlError(f"{best} is damaged ({problem}); {_instead(run)}")
-    return read_weights(best / "model.pt", _instead(run))
+    return read_weights(best_weights_file(best), _instead(run))
 
 
 def trained_weights(path: str) -> tuple[dict, Path]:
@@ -181,7 +190,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
         return state | {f"heads.{k}": v for k, v in heads.items()}, folder
     best = folder / "checkpoints" / BEST
     if (best / MARKER).is_file():
-        return _best_weights(best), best / "model.pt"
+        return _best_weights(best), best_weights_file(best)
     if folder.name == BEST and (folder / MARKER).is_file():
         return _best_weights(folder), folder
     if (folder / MARKER).is_file() or STEP_NAME.match(folder.name):

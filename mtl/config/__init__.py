@@ -158,7 +158,7 @@ class LoggerConfig:
 class DataConfig:
     """Settings shared by every task's data."""
 
-    max_examples: int | None = None  # cap every task's train and dev split (smoke runs)
+    max_examples: int | None = None  # each train and dev split: a seeded sample of this many rows
     num_workers: int = 0
     pin_memory: bool | None = None  # null: on when training on a GPU
     persistent_workers: bool = False

@@ -9,6 +9,7 @@ dataset), checks it, and encodes it once with the task type's `encode` through
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +75,14 @@ def build_task_from_config(
     `config.type` is a task type (`mtl.task_types`); `config.source` is described in
     `mtl.data.sources`. Classification labels may be names or ids; without `label_names` they
     come from the source (bundled tasks, `ClassLabel` features), else they are the sorted
-    distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split.
+    distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split: the
+    train and dev splits to a sample of that many rows drawn with `seed` (kept in file order, so
+    a source sorted by class still gives every class), a label-less test split to its first rows.
     """
     task_type = task_type_class(config.type, name)(name, config)
     with quiet_libraries():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
-        raw, inputs = _checked_splits(source.splits, task_type, max_examples)
+        raw, inputs = _checked_splits(source.splits, task_type, max_examples, seed)
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
@@ -90,14 +93,14 @@ def build_task_from_config(
             split: _encode(ds, task_type, tokenizer, label_names, split)
             for split, ds in raw.items()
         }
-        capped = f" (its first {max_examples} rows: data.max_examples)" if max_examples else ""
+        capped = f" ({max_examples} sampled rows: data.max_examples)" if max_examples else ""
         task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
 
 
 def _checked_splits(
-    splits: dict[str, Dataset], task_type: TaskType, max_examples: int | None
+    splits: dict[str, Dataset], task_type: TaskType, max_examples: int | None, seed: int
 ) -> tuple[dict[str, Dataset], dict[str, Dataset]]:
     """The labelled splits and the label-less test split (if any), each checked; train first,
     so that a wrong column name is reported for the train split."""
@@ -107,15 +110,21 @@ def _checked_splits(
         if split == "test" and _unlabeled(ds, task_type):
             inputs["test"] = _checked_inputs(ds, task_type, max_examples)
         else:
-            checked[split] = _checked(ds, task_type, split, max_examples)
+            checked[split] = _checked(ds, task_type, split, max_examples, seed)
     return {s: checked[s] for s in splits if s in checked}, inputs
 
 
 def _required(
-    ds: Dataset, task_type: TaskType, split: str, columns: list[str], max_examples: int | None
+    ds: Dataset,
+    task_type: TaskType,
+    split: str,
+    columns: list[str],
+    max_examples: int | None,
+    seed: int | None = None,
 ) -> Dataset:
     """`ds` checked to have rows and `columns` (one line naming the fix otherwise), capped at
-    `max_examples` rows."""
+    `max_examples` rows: a sample drawn with `seed` kept in file order, or the first rows
+    without a seed."""
     name = task_type.name
     if len(ds) == 0:
         raise MtlError(f"task {name!r}: the {split} split is empty; give it some rows")
@@ -125,14 +134,19 @@ def _required(
                 f"task {name!r}: column {column!r} missing from the {split} split (columns: "
                 f"{ds.column_names}); set the task's *_column keys to the right names"
             )
-    if max_examples is not None:
-        ds = ds.select(range(min(max_examples, len(ds))))
+    if max_examples is not None and max_examples < len(ds):
+        if seed is None:
+            ds = ds.select(range(max_examples))
+        else:
+            ds = ds.select(sorted(random.Random(seed).sample(range(len(ds)), max_examples)))
     return ds
 
 
-def _checked(ds: Dataset, task_type: TaskType, split: str, max_examples: int | None) -> Dataset:
+def _checked(
+    ds: Dataset, task_type: TaskType, split: str, max_examples: int | None, seed: int
+) -> Dataset:
     columns = task_type.columns()
-    return _required(ds, task_type, split, columns, max_examples).select_columns(columns)
+    return _required(ds, task_type, split, columns, max_examples, seed).select_columns(columns)
 
 
 def _label_columns(task_type: TaskType) -> list[str]:

@@ -90,6 +90,33 @@ def test_pydoc_topic_mapping_covers_every_topic():
     assert {row["label"] for row in dev} == set(label_names)
 
 
+def test_capped_split_is_a_seeded_sample_in_file_order(tmp_path):
+    # pydoc_topic's train split is in document order (its first rows are one topic), so a cap
+    # taking the first rows would leave one class and be refused.
+    _, _, train, _ = bundled_rows("pydoc_topic")
+    assert len({row["label"] for row in train[:30]}) == 1
+    task = build("pydoc_topic", max_examples=30)
+    assert len(task.train) == len(task.dev) == 30
+    assert len(set(task.train["labels"])) >= 3
+    again = build("pydoc_topic", max_examples=30)
+    other = build("pydoc_topic", max_examples=30, seed=1)
+    assert list(task.train["input_ids"]) == list(again.train["input_ids"])
+    assert list(task.train["input_ids"]) != list(other.train["input_ids"])
+    # the sampled rows keep the file's order
+    rows = "".join(f"row {i},{'ab'[i % 2]}\n" for i in range(100))
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + rows)
+    source = {split: str(tmp_path / f"{split}.csv") for split in ("train", "dev")}
+    config = TaskConfig(type="sequence_classification", source=source)
+    rows_task = build_task_from_config("rows", config, load_tokenizer(), max_examples=10)
+    tokenizer = load_tokenizer()
+    numbers = [
+        int(tokenizer.decode(ids, skip_special_tokens=True).split()[1])
+        for ids in rows_task.train["input_ids"]
+    ]
+    assert numbers == sorted(numbers) and numbers != list(range(len(numbers)))
+
+
 def test_code_words_strip_quotes_and_tag_code():
     words, tags = code_words('The "assert" statement uses ""ss"" and "x in s".', False)
     assert words == ["The", "assert", "statement", "uses", '"ss"', "and", "x", "in", "s."]

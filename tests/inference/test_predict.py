@@ -10,6 +10,7 @@ import pytest
 import torch
 from datasets import Dataset
 from omegaconf import OmegaConf
+from safetensors.torch import load_file
 
 import mtl
 from mtl.cli.predict import main
@@ -73,7 +74,7 @@ def test_export_and_load_give_the_trained_logits(run_dir, export_dir, loaded):
     settings = validate(OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
     tasks, _ = build_tasks(settings, 0)
     trained = build_model(settings, tasks)
-    best = torch.load(run_dir / "checkpoints" / "best" / "model.pt", weights_only=True)
+    best = load_file(run_dir / "checkpoints" / "best" / "model.safetensors")
     trained.load_state_dict(best)
     trained.eval()
     from_run = mtl.load_model(run_dir)  # exported in memory

@@ -445,7 +445,7 @@ def test_init_from_a_trained_run_keeps_the_encoder_and_shared_heads(make_cfg, tm
 
     trained = tmp_path / "trained"
     run(make_cfg("task=[synthetic_cls,synthetic_reg]", output_dir=trained))
-    best = torch.load(trained / "checkpoints" / "best" / "model.pt", weights_only=True)
+    best = load_file(trained / "checkpoints" / "best" / "model.safetensors")
 
     def built(*overrides):
         settings = validate(make_cfg(*overrides))
@@ -514,7 +514,7 @@ def test_run_calls_its_hooks_and_returns_its_results(make_cfg, tmp_path):
     assert saved == json.loads(json.dumps(results.summary()))
     assert results.best_value == saved["best"][saved["monitor"]]
     assert results.dev == {k: v for k, v in saved.items() if k.startswith("eval/")}
-    best = torch.load(tmp_path / "run" / "checkpoints" / "best" / "model.pt", weights_only=True)
+    best = load_file(tmp_path / "run" / "checkpoints" / "best" / "model.safetensors")
     assert all(torch.equal(v, best[k]) for k, v in results.model.state_dict().items())
 
 

@@ -32,16 +32,16 @@ import os
 import shutil
 from pathlib import Path
 
-import torch
-
-from mtl.artifacts import fsync, ordinary_modes
+from mtl.artifacts import fsync, ordinary_modes, read_weights
 from mtl.builders.weights import (
     BEST,
+    BEST_WEIGHTS,
     DESCRIPTION,
     MARKER,
     OLD_PREFIX,
     STEP_NAME,
     TMP_PREFIX,
+    best_weights_file,
     incomplete_reason,
     step_dir_name,
     step_folders,
@@ -162,7 +162,7 @@ def save_best(
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        accelerator.save(state, tmp / "model.pt", safe_serialization=False)
+        accelerator.save(state, tmp / BEST_WEIGHTS, safe_serialization=True)
         (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
         if description is not None:
             (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
@@ -197,7 +197,7 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
     folder = Path(run_dir) / "checkpoints" / BEST
     if not (folder / MARKER).is_file():
         return None
-    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    state = read_weights(best_weights_file(folder), "train again")
     if is_sharded(accelerator):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
