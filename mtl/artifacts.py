@@ -16,6 +16,9 @@ one step; elsewhere plain renames do the same with a short window between two of
 killed half way leaves its hidden `.<name>.tmp-<host>-<pid>-*` folder; the next write of the same
 target on that host deletes it once that process is gone.
 
+A write that runs out of disk space (an OS error, or the one torch's or safetensors' writer
+raises) leaves nothing of itself and is one line naming the folder (`out_of_space`, `no_space`).
+
 What mtl writes (these outputs, checkpoints) gets the modes an ordinary write gets under the
 user's umask (`ordinary_modes`): files 0666 and folders 0777, less the umask. Temporary files,
 and libraries such as safetensors that write through one, would otherwise leave 0600 and 0700,
@@ -200,6 +203,36 @@ def ordinary_modes(path: Path) -> None:
             item.chmod((0o666 | executable) & ~mask)
 
 
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
+
+
+def out_of_space(err: BaseException, folder: Path) -> bool:
+    """Whether writing into `folder` failed for want of disk space: the OS's error, or the text
+    torch's and safetensors' writers wrap it in (torch's zip writer may say only "unexpected
+    pos", so a RuntimeError on a disk with under 1 MiB free counts too)."""
+    if isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS:
+        return True
+    if any(text in str(err) for text in NO_SPACE_TEXTS):
+        return True
+    return isinstance(err, RuntimeError) and _free(folder) < 2**20
+
+
+def _free(folder: Path) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 2**62
+
+
+def no_space(folder: Path, what: str, fix: str = "") -> MtlError:
+    """The one line for a write of `what` into `folder` that ran out of disk space."""
+    return MtlError(
+        f"{what}: no space left on the disk of {folder} (what was written is removed); free "
+        f"some space there{fix or ' or write elsewhere, and run the command again'}"
+    )
+
+
 def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -> Path:
     """Make folder `path` whole or not at all: `fill(tmp)` writes into a new hidden sibling,
     which then takes the place of `path` (an old folder there is deleted only after the swap).
@@ -216,6 +249,11 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -
         else:
             _rename_new(tmp, target)
         fsync(target.parent)
+    except Exception as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out_of_space(err, target.parent):
+            raise no_space(target.parent, str(path)) from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
@@ -245,6 +283,11 @@ def write_file(
         else:
             _rename_new(tmp, target)
         fsync(target.parent)
+    except Exception as err:
+        tmp.unlink(missing_ok=True)
+        if out_of_space(err, target.parent):
+            raise no_space(target.parent, str(path)) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return target

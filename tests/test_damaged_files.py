@@ -451,3 +451,72 @@ def test_a_run_folder_the_user_cannot_write_is_one_line(work, args, cwd, expecte
     line = one_error_line(done.returncode, done.stderr)
     assert expected.format(work=work) in line, line
     assert listing(work) == before
+
+
+# -- a full disk -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(work):
+    """`small_disk(size)`: a tmpfs of `size` mounted at `<work>/disk` (root with the right to
+    mount, else the test is skipped), unmounted after the test."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        disk = work / "disk"
+        disk.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small disk here ({done.stderr.strip()})")
+        mounted.append(disk)
+        return disk
+
+    yield mount
+    for disk in mounted:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_an_export_to_a_full_disk_is_one_line_and_leaves_nothing(work, capsys, small_disk):
+    disk = small_disk("2m")  # the tiny model's export is about 4.6 MB
+    line = one_error_line(*command(capsys, export_main, "run", "disk/out"))
+    assert line.startswith("disk/out: no space left on the disk of disk (what was written"), line
+    assert list(disk.iterdir()) == []
+
+
+def test_predictions_to_a_full_disk_are_one_line_and_leave_nothing(work, capsys, small_disk):
+    disk = small_disk("32k")
+    rows = "".join('{"text": "good fine and a sentence long enough to fill the disk"}\n' * 2000)
+    (work / "rows.jsonl").write_text(rows)
+    args = ["model=run", "task=synthetic_cls", "input=rows.jsonl", "output=disk/out.jsonl"]
+    status, err = command(capsys, predict_main, *args)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("predict "))
+    line = one_error_line(status, err)  # the progress bar's lines aside
+    assert line.startswith("disk/out.jsonl: no space left on the disk of disk"), line
+    assert list(disk.iterdir()) == []
+
+
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_part(
+    work, capsys, small_disk, monkeypatch
+):
+    """The step checkpoint (about 12 MB) does not fit: the training stops with one line saying
+    how to resume, and no part of the checkpoint is left taking the space."""
+    from accelerate.state import AcceleratorState
+
+    from mtl.cli.train import train
+
+    disk = small_disk("8m")
+    monkeypatch.setattr(sys, "argv", ["mtl-train", *FAST, f"hydra.run.dir={disk}/run"])
+    GlobalHydra.instance().clear()
+    try:
+        status, err = command(capsys, lambda _: train())
+    finally:
+        GlobalHydra.instance().clear()
+        AcceleratorState._reset_state(reset_partial_state=True)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("mtl: run folder"))
+    line = one_error_line(status, err)
+    assert line.startswith(f"checkpoint of step 4: no space left on the disk of {disk}/run/"), line
+    assert line.endswith(f"then resume with trainer.resume={disk}/run"), line
+    assert list((disk / "run" / "checkpoints").iterdir()) == []

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtl.artifacts import NO_SPACE_ERRNOS
 from mtl.errors import MtlError, did_you_mean, env_rank
 
 REQUIRED: Any = object()  # the default of an option that must be given
@@ -35,6 +36,11 @@ WIDTH = 100  # of the help text
 INTERRUPTED = (
     "mtl: stopped (Ctrl-C); a training resumes from its last checkpoint with "
     "trainer.resume=<its run folder>"
+)
+
+NO_ROOM = (
+    "free some space there and run the command again (a training resumes from its last "
+    "checkpoint with trainer.resume=<its run folder>)"
 )
 
 
@@ -50,6 +56,8 @@ class _OneLineErrors(ContextDecorator):
             if env_rank() == 0:
                 print(INTERRUPTED, file=sys.stderr)
             sys.exit(130)
+        if isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS:  # a write of no helper
+            err = MtlError(f"{err.filename or 'a write'}: no space left on its disk; {NO_ROOM}")
         if isinstance(err, MtlError):
             if env_rank() == 0 or not err.all_ranks:
                 print(f"mtl: error: {err}", file=sys.stderr)

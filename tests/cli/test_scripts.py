@@ -4,6 +4,7 @@ with a did-you-mean, and every script's entry point lives in mtl.cli."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import re
 from pathlib import Path
@@ -160,6 +161,16 @@ def test_the_error_exit_is_also_a_context_manager_and_passes_other_errors(capsys
     assert capsys.readouterr().err == "mtl: error: bad\n"
     with pytest.raises(KeyError):
         body(KeyError("a bug keeps its traceback"))
+
+
+def test_a_disk_that_fills_where_no_helper_writes_is_one_line(capsys):
+    """metrics.jsonl's appends and the like: the OS's error, named with its file when known."""
+    full = OSError(errno.ENOSPC, "No space left on device", "run/metrics.jsonl")
+    err = one_line(capsys, lambda: body(full))
+    assert err.startswith("mtl: error: run/metrics.jsonl: no space left on its disk; free some")
+    assert "trainer.resume=<its run folder>" in err and err.count("\n") == 1
+    with pytest.raises(PermissionError):  # any other OS error keeps its traceback
+        body(PermissionError(errno.EACCES, "denied"))
 
 
 @pytest.mark.parametrize(

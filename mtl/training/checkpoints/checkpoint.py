@@ -30,9 +30,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from mtl.artifacts import fsync, ordinary_modes, read_weights
+from mtl.artifacts import (
+    fsync,
+    no_space,
+    ordinary_modes,
+    out_of_space,
+    read_weights,
+    resume_override,
+)
 from mtl.builders.weights import (
     BEST,
     BEST_WEIGHTS,
@@ -83,16 +92,33 @@ def save_checkpoint(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # left by a save of this step that was killed
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    with _room_for(tmp, f"checkpoint of step {step}", run_dir):
+        accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()  # every rank's files are in tmp
     if owner:
-        if description is not None:
-            (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
-        _seal(tmp, step)
+        with _room_for(tmp, f"checkpoint of step {step}", run_dir):
+            if description is not None:
+                (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
+            _seal(tmp, step)
         _put_in_place(tmp, final)
         _prune(root, keep_last, final)
     accelerator.wait_for_everyone()
     return final
+
+
+@contextmanager
+def _room_for(tmp: Path, what: str, run_dir: Path) -> Iterator[None]:
+    """A write into `tmp` that runs out of disk space: `tmp` deleted, one line saying how to go
+    on (the run's earlier checkpoints are kept)."""
+    try:
+        yield
+    except Exception as err:
+        if not out_of_space(err, tmp.parent):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        resume = resume_override(run_dir)
+        fix = f" (trainer.keep_last=1 keeps one checkpoint), then resume with {resume}"
+        raise no_space(tmp.parent, what, fix) from None
 
 
 def _writes_shared_files(accelerator) -> bool:
@@ -162,11 +188,12 @@ def save_best(
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        accelerator.save(state, tmp / BEST_WEIGHTS, safe_serialization=True)
-        (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
-        if description is not None:
-            (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
-        _seal(tmp, step)
+        with _room_for(tmp, f"best model of step {step}", run_dir):
+            accelerator.save(state, tmp / BEST_WEIGHTS, safe_serialization=True)
+            (tmp / "best.json").write_text(json.dumps({"step": step, "figures": figures}, indent=1))
+            if description is not None:
+                (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
+            _seal(tmp, step)
         _put_in_place(tmp, final)
     accelerator.wait_for_everyone()
     return final
