@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator
 
 from mtl.artifacts import check_target, write_file
 from mtl.errors import MtlError
-from mtl.reporting.interaction import interaction_figure
+from mtl.reporting.interaction import interaction_figure, legend_below
 from mtl.reporting.sweep import monitored
 from mtl.task_types import metric_directions
 
@@ -143,7 +143,8 @@ def shares_figure(rows: list[dict], tasks: list[str]) -> Figure:
         ax.set_title(task)
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel("share")
-    axes[0].legend(fontsize=8, loc="upper right")
+    handles, _ = axes[0].get_legend_handles_labels()
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     return fig
 
 
@@ -177,8 +178,7 @@ def dev_figure(rows: list[dict], evals: dict[str, list[str]], higher: dict[str, 
             ax.set_zorder(right.get_zorder() + 1)
             ax.patch.set_visible(False)
         ax.set_title(f"{task} (main: {metrics[0]})")
-        ax.legend(handles=lines, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15),
-                  ncol=min(len(lines), 3))  # fmt: skip
+        legend_below(ax, lines, ncol=min(len(lines), 3))
     return fig
 
 

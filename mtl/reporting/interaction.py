@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import offset_copy
 
 
 def last_row_with(rows: list[dict], prefix: str) -> dict:
@@ -57,16 +58,26 @@ def draw_matrix(
     ax.figure.colorbar(image, ax=ax, shrink=0.8, label=unit)
 
 
-def draw_lines(ax, rows: list[dict], prefix: str, title: str) -> None:
+def legend_below(ax, handles: list | None = None, ncol: int = 2) -> None:
+    """The panel's legend under its x-axis label (a fixed distance below the axes, whatever
+    the panel's height), where it covers neither the lines nor the label; the figure's
+    constrained layout makes room for it."""
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-0.5, units="inches")
+    ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+              bbox_transform=below, ncol=ncol, borderaxespad=0)  # fmt: skip
+
+
+def draw_lines(ax, rows: list[dict], prefix: str, title: str, unit: str) -> None:
     keys = list(dict.fromkeys(k for row in rows for k in row if k.startswith(prefix)))
     for key, style in zip(keys, line_styles(len(keys)), strict=True):
         pairs = [(r["step"], r[key]) for r in rows if key in r]
         ax.plot(*zip(*pairs, strict=True), ms=3, lw=1, label=key.removeprefix(prefix), **style)
     ax.set_title(title)
     ax.set_xlabel("step")
+    ax.set_ylabel(unit)
     ax.grid(alpha=0.3)
-    if keys:  # beside the panel, not over its lines
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if keys:
+        legend_below(ax, ncol=1 if len(keys) > 4 else 2)
 
 
 def line_styles(n: int) -> list[dict]:
@@ -83,7 +94,7 @@ def line_styles(n: int) -> list[dict]:
 
 def interaction_figure(rows: list[dict]) -> Figure:
     tasks = interaction_tasks(rows)
-    fig = Figure(figsize=(15, 8.5), layout="constrained")
+    fig = Figure(figsize=(15, 10), layout="constrained")
     FigureCanvasAgg(fig)
     fig.suptitle("Task interaction on the shared encoder, and the balancer's weights", fontsize=13)
     axes = [fig.add_subplot(2, 3, i + 1) for i in range(6)]
@@ -96,8 +107,9 @@ def interaction_figure(rows: list[dict]) -> Figure:
     limit = float(np.nanmax(np.abs(affinity))) if np.isfinite(affinity).any() else 1.0
     draw_matrix(axes[1], affinity, tasks, f"affinity: row's step on column (step {step})",
                 limit or 1.0, "relative loss change: 1 - L_col after / L_col before")  # fmt: skip
-    draw_lines(axes[2], rows, "task_weight/", "task weights")
-    draw_lines(axes[3], rows, "grad_cos/", "gradient cosine over time")
-    draw_lines(axes[4], rows, "affinity/", "affinity over time (1 - L after / L before)")
-    draw_lines(axes[5], rows, "grad_norm/", "gradient norm on the encoder")
+    draw_lines(axes[2], rows, "task_weight/", "task weights", "weight")
+    draw_lines(axes[3], rows, "grad_cos/", "gradient cosine over time", "cosine")
+    draw_lines(axes[4], rows, "affinity/", "affinity over time", "1 - L after / L before")
+    draw_lines(axes[5], rows, "grad_norm/", "gradient norm on the encoder", "L2 norm")
+    fig.get_layout_engine().set(w_pad=0.12, wspace=0.06)  # colour bars clear of the next panel
     return fig

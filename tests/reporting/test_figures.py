@@ -96,6 +96,36 @@ def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
     assert len(run_figures(rows)["report_dev"].axes) == len(TASKS)
 
 
+def test_run_figures_keep_legends_and_labels_clear_of_each_other(run_dir):
+    """As drawn in the PNG: every panel with its tick labels inside the figure, no legend over
+    a panel, an axis label or a title, no colour bar's label against the next panel."""
+    figures = run_figures(read_rows(run_dir / "metrics.jsonl"), directions(run_dir))
+    for name, fig in figures.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        inside = fig.bbox.expanded(1.001, 1.001)
+        for ax in fig.axes:
+            drawn = ax.get_tightbbox(renderer)  # with its tick labels, axis labels, title
+            assert _within(drawn, inside), (name, ax.get_title(), drawn)
+        texts = [t for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label, ax.title)]
+        boxes = [t.get_window_extent(renderer) for t in texts if t.get_text()]
+        boxes += [ax.get_window_extent(renderer) for ax in fig.axes]
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
+        for legend in legends:
+            frame = legend.get_window_extent(renderer)
+            assert _within(frame, inside), name
+            assert not [b for b in boxes if frame.overlaps(b)], (name, legend.texts[0].get_text())
+        bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+        panels = [ax.get_tightbbox(renderer) for ax in fig.axes if ax not in bars]
+        for bar in bars:
+            label = bar.yaxis.label.get_window_extent(renderer)
+            assert not [p for p in panels if label.overlaps(p) or 0 <= p.x0 - label.x1 < 8], name
+
+
+def _within(box, outer) -> bool:
+    return box.x0 >= outer.x0 and box.x1 <= outer.x1 and box.y0 >= outer.y0 and box.y1 <= outer.y1
+
+
 def test_sweep_figures_ask_each_metric_which_way_is_better(tmp_path):
     a = {"eval/b/pearson": 0.3, "eval/b/mse": 2.0}
     b = {"eval/b/pearson": 0.4, "eval/b/mse": 1.0}
