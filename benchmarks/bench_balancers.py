@@ -3,9 +3,9 @@
 The batches: the first `--steps` steps of `python train.py loader=mixup` (the default three
 tasks and MiniLM; `--quick`: three synthetic tasks, the tiny model, sum/uncertainty/upgrad),
 every task in every step. Each row is one optimizer step of the whole model as the training
-loop takes it with that balancer (its `backward_path`): forward, then either the weighted loss
-backpropagated once (`sum`, `uncertainty`, `dwa`) or one gradient per task on the shared encoder
-(`mtl.balancers.gradients.TaskGradients`: a backward pass through the encoder per task)
+loop takes it with that balancer (`mtl.training.step.Step`): forward, then either the weighted
+loss backpropagated once (`sum`, `uncertainty`, `dwa`) or one gradient per task on the shared
+encoder (`mtl.training.step.TaskGradients`: a backward pass through the encoder per task)
 aggregated by torchjd, then AdamW. Rows run interleaved on
 their own copy of the same weights (`harness.best_of`, best of `--rounds`); peak memory is each
 row's own child process: its peak RSS during its steps over its RSS before them (MiB; Linux's
@@ -49,21 +49,14 @@ QUICK_OVERRIDES = ["loader=mixup", "model=tiny", "data.max_examples=32"]
 QUICK_OVERRIDES += ["task=[synthetic_cls,synthetic_tag,synthetic_reg]"]
 
 
-class OneProcess:
-    device, num_processes = torch.device("cpu"), 1
-
-    @staticmethod
-    def unwrap_model(model):
-        return model
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
-
-
 def stepper(name: str, overrides: list[str], model, tasks):
-    """A function that trains `model` one optimizer step on a batch with balancer `name`."""
+    """A function that trains `model` one optimizer step on a batch with balancer `name`: the
+    training step (`mtl.training.step.Step`) on accelerate's one-process CPU accelerator."""
+    from accelerate import Accelerator
     from hydra.utils import instantiate
+    from transformers import get_constant_schedule
+
+    from mtl.training.step import Step
 
     cfg = compose(["logger=none", f"balancer={name}", *overrides])
     balancer = instantiate(cfg.balancer, list(tasks))
@@ -71,14 +64,13 @@ def stepper(name: str, overrides: list[str], model, tasks):
     if list(balancer.parameters()):
         groups.append({"params": list(balancer.parameters())})
     optimizer = torch.optim.AdamW(groups, lr=1e-5)
-    update = balancer.backward_path(model, OneProcess())
+    update = Step(
+        model, balancer, optimizer, get_constant_schedule(optimizer), Accelerator(cpu=True)
+    )
 
     def step(batch) -> None:
-        update.backward(model(batch)["task_losses"], 1)
-        update.step()
-        optimizer.step()
-        optimizer.zero_grad()
-        balancer.after_step()
+        update.micro_step(batch, sync=True, group=1)
+        update.update()
 
     return step
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import torch
 from torch import nn
-
-from mtl.balancers.gradients import LossBackward, TaskGradients
 
 Value = TypeVar("Value", torch.Tensor, float)
 
@@ -34,17 +32,14 @@ class Balancer(nn.Module):
     the task); it returns the vector the encoder's gradient becomes. Each head keeps its own
     task's gradient. A step with one task passes through unchanged.
 
-    The loop asks `backward_path(model, accelerator)` once per run for the object it calls:
-    `backward(task_losses, group)` each micro-step (it returns the loss backpropagated, detached,
-    before the division by the `group` micro-steps of the optimizer step; for an aggregation,
-    the sum of the weighted terms the per-task gradients were taken from: that is what hooks'
-    `on_micro_step` get) and `step()` before each optimizer step (`mtl.balancers.gradients`).
-    Under an aggregation every micro-step runs without DDP's gradient sync.
+    A balancer is maths only: the training step (`mtl.training.step`) takes the gradients,
+    synchronises them over the processes and calls it.
 
     `weights()` gives `{task: weight}` of the last step (logged as `task_weight/<task>`): the
-    loss weight times `task_factors()`, unless overridden; `after_step()` is called after every
-    optimizer step. A balancer's parameters are trained by the run's optimizer; its parameters
-    and buffers are saved with each checkpoint.
+    loss weight times `task_factors()`, unless overridden; `after_step(sum_over_processes)` is
+    called after every optimizer step, with a function that sums a tensor over the processes. A
+    balancer's parameters are trained by the run's optimizer; its parameters and buffers are
+    saved with each checkpoint.
     """
 
     aggregates: bool = False
@@ -76,12 +71,6 @@ class Balancer(nn.Module):
         """The update of the shared parameters from per-task gradients `matrix` [tasks, P]."""
         raise NotImplementedError(f"{type(self).__name__} weighs losses; it aggregates nothing")
 
-    def backward_path(self, model: nn.Module, accelerator) -> LossBackward | TaskGradients:
-        """What the loop calls each micro-step (`backward`) and optimizer step (`step`)."""
-        if self.aggregates:
-            return TaskGradients(model, self, accelerator)
-        return LossBackward(self, accelerator)
-
     def task_factors(self) -> dict[str, float]:
         """`{task: factor}` the last step gave each task's loss, before its loss weight."""
         return dict.fromkeys(self.tasks, 1.0)
@@ -90,5 +79,6 @@ class Balancer(nn.Module):
         """`{task: weight}` the last step gave each task."""
         return self.weigh(self.task_factors())
 
-    def after_step(self) -> None:
-        """Called after every optimizer step (a balancer with a schedule of its own uses it)."""
+    def after_step(self, sum_over_processes: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Called after every optimizer step (a balancer with a schedule of its own uses it);
+        `sum_over_processes(t)` is `t` summed over the run's processes."""

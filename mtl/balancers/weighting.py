@@ -3,10 +3,9 @@ summed into the one loss backpropagated."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from mtl.balancers.base import Balancer
@@ -97,14 +96,11 @@ class DWA(Balancer):
             terms[name] = self.factors[i] * value
         return terms
 
-    def after_step(self) -> None:
+    def after_step(self, sum_over_processes: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.steps += 1
         if int(self.steps) % self.window:
             return
-        sums, counts = self.sums.clone(), self.counts.clone()
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(sums)
-            dist.all_reduce(counts)
+        sums, counts = sum_over_processes(self.sums), sum_over_processes(self.counts)
         means = torch.where(counts > 0, sums / counts.clamp(min=1), self.last)
         self.before.copy_(self.last)
         self.last.copy_(means)

@@ -10,6 +10,7 @@ from mtl.data import Task
 from mtl.errors import MtlError, env_rank
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.heads import init_poolers
+from mtl.models.multitask import head_task
 
 
 def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
@@ -36,15 +37,14 @@ def init_from(model: MultiTaskModel, path: str) -> None:
     workflow: train on many tasks, then fine-tune on one); other heads stay fresh."""
     state, source = trained_weights(path)
     own = model.state_dict()
-    missing = [k for k in own if k.startswith("encoder.") and k not in state]
+    missing = [k for k in own if head_task(k) is None and k not in state]
     if missing:
         raise MtlError(
             f"model.init_from={path}: its encoder differs from model's ({missing[0]!r} is "
             "missing); use the same model settings as the run you start from"
         )
-    shared = sorted({k.split(".")[1] for k in state if k.startswith("heads.")} & set(model.heads))
-    keep = {k: v for k, v in state.items() if k.startswith("encoder.")}
-    keep |= {k: v for k, v in state.items() if k.split(".")[:2] in [["heads", t] for t in shared]}
+    shared = sorted({head_task(k) for k in state} - {None} & set(model.heads))
+    keep = {k: v for k, v in state.items() if head_task(k) in (None, *shared)}
     for key, value in keep.items():
         if own[key].shape != value.shape:
             raise MtlError(

@@ -17,6 +17,7 @@ from pathlib import Path
 from mtl.artifacts import HEADS_FILE, is_export, read_weights
 from mtl.errors import MtlError, env_rank
 from mtl.models import load_encoder
+from mtl.models.multitask import model_state
 
 MARKER = "mtl_checkpoint.json"
 
@@ -187,7 +188,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
         encoder = load_encoder(str(folder)).state_dict()
         heads = read_weights(folder / HEADS_FILE, "export the run again")
         state = {f"encoder.{k}": v for k, v in encoder.items()}
-        return state | {f"heads.{k}": v for k, v in heads.items()}, folder
+        return state | model_state(heads), folder
     best = folder / "checkpoints" / BEST
     if (best / MARKER).is_file():
         return _best_weights(best), best_weights_file(best)

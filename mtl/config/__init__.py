@@ -25,7 +25,7 @@ from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name
     did_you_mean,
 )
 from mtl.config.parts import BALANCER_SCHEMAS, LOADER_AND_SAMPLER_SCHEMAS
-from mtl.errors import MtlError
+from mtl.errors import MtlError, import_target
 from mtl.task_types import TaskConfig, builtin_types, task_type_class
 
 
@@ -67,7 +67,7 @@ class TrainerConfig:
     # Several processes: a collective waiting longer fails the run instead of hanging.
     dist_timeout_s: float = 600.0
     # Task-interaction diagnostics (gradient norms and cosines, lookahead affinity, task
-    # weights) every N optimizer steps; null: at each evaluation; 0: never.
+    # weights) every N optimizer steps; null: at each evaluation (never under fsdp); 0: never.
     diagnose_every: int | None = None
     trace: bool = False  # write trace_rank<r>.jsonl: tasks, example ids, loss, param hash per step
     # At the end, write <run>/export from the best model: mtl.load_model / mtl-predict's folder
@@ -107,6 +107,17 @@ class TrainerConfig:
             raise MtlError(f"trainer.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _one_of("trainer.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
         _one_of("trainer.strategy", self.strategy, ("ddp", "fsdp"))
+        if self.strategy == "fsdp" and self.diagnose_every:
+            raise MtlError(
+                f"trainer.diagnose_every={self.diagnose_every}: diagnostics take per-task "
+                "gradients of whole parameters, which trainer.strategy=fsdp shards; use "
+                "trainer.diagnose_every=0, or trainer.strategy=ddp"
+            )
+
+    @property
+    def diagnoses(self) -> bool:
+        """Whether the run computes diagnostics (never under fsdp: they need whole weights)."""
+        return self.diagnose_every != 0 and self.strategy != "fsdp"
 
 
 @dataclass
@@ -273,6 +284,20 @@ def _task(name: str, node: Any) -> TaskConfig:
     return _typed(task_type_class(type_name, name).Options, node, f"task.{name}")
 
 
+def check_sharded_balancer(trainer: TrainerConfig, balancer: Any) -> None:
+    """An aggregating balancer takes per-task gradients of whole parameters: not under fsdp."""
+    if trainer.strategy != "fsdp" or not balancer or "_target_" not in balancer:
+        return
+    cls = import_target(balancer._target_, "balancer._target_")
+    if getattr(cls, "aggregates", False):
+        name = balancer.get("aggregator") or balancer._target_
+        raise MtlError(
+            f"balancer {name} aggregates per-task gradients of whole parameters, which "
+            "trainer.strategy=fsdp shards; use a loss weighting (balancer=sum, uncertainty, "
+            "dwa) or trainer.strategy=ddp"
+        )
+
+
 @dataclass
 class Settings:
     """The validated, typed view of a composed config."""
@@ -312,6 +337,7 @@ def validate(cfg: DictConfig) -> Settings:
         part.check()
     for name, task in settings.tasks.items():
         task.check(name)
+    check_sharded_balancer(settings.trainer, cfg.get("balancer"))
     unknown = set(settings.model.loss_weights) - set(settings.tasks)
     if unknown:
         raise MtlError(

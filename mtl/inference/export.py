@@ -42,6 +42,7 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
 from mtl.inference.trust import check_task
+from mtl.models.multitask import heads_state
 from mtl.quiet import quiet_libraries
 
 __all__ = ["HEADS_FILE", "TASKS_FILE", "LoadedModel", "TaskInfo", "is_export", "load_model"]
@@ -183,9 +184,8 @@ def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Pa
     model.encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
     heads = {
-        key.removeprefix("heads."): value.detach().cpu().contiguous()
-        for key, value in model.state_dict().items()
-        if key.startswith("heads.")
+        key: value.detach().cpu().contiguous()
+        for key, value in heads_state(model.state_dict()).items()
     }
     save_file(heads, out / HEADS_FILE)
     hidden = model.encoder.config.hidden_size

@@ -21,6 +21,7 @@ from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel
+from mtl.models.multitask import head_task, model_state
 from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
 
@@ -74,9 +75,8 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
             ) from None
     model = MultiTaskModel(encoder, heads)
     weights = read_weights(folder / HEADS_FILE, "export the run again")
-    state = {f"heads.{key}": value for key, value in weights.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k.startswith("heads.")]
+    missing, unexpected = model.load_state_dict(model_state(weights), strict=False)
+    missing = [k for k in missing if head_task(k) is not None]
     if missing or unexpected:
         raise MtlError(
             f"model={path}: {HEADS_FILE} does not match {TASKS_FILE} "

@@ -10,8 +10,44 @@ from torch import nn
 from mtl.models.families import EncoderAdapter, adapter_for
 from mtl.models.packing import PackedEncoder
 
+HEADS = "heads"  # the ModuleDict of the task heads: their keys are `heads.<task>.<parameter>`
 
-class MultiTaskModel(nn.Module):
+
+def head_task(key: str) -> str | None:
+    """The task whose head a parameter (or state-dict key) belongs to; None for a shared one
+    (the encoder, and every other parameter that is not a head's)."""
+    parts = key.split(".", 2)
+    return parts[1] if len(parts) == 3 and parts[0] == HEADS else None
+
+
+def heads_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The heads' part of a model state, keyed `<task>.<parameter>` (an export's
+    heads.safetensors)."""
+    return {key.split(".", 1)[1]: value for key, value in state.items() if head_task(key)}
+
+
+def model_state(heads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`heads_state` back to the model's keys."""
+    return {f"{HEADS}.{key}": value for key, value in heads.items()}
+
+
+class ParameterGroups:
+    """The parameter groups of a model whose task heads live in `heads` (the rule that every
+    place asks: the optimizer's groups, the step's per-task gradients, diagnostics, checkpoints
+    and exports)."""
+
+    def shared_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """The trainable parameters every task shares (named), in the model's order."""
+        named = self.named_parameters()  # type: ignore[attr-defined]
+        return [(n, p) for n, p in named if p.requires_grad and head_task(n) is None]
+
+    def task_parameters(self, task: str) -> list[tuple[str, nn.Parameter]]:
+        """The trainable parameters of `task` alone (its head), named, in the model's order."""
+        named = self.named_parameters()  # type: ignore[attr-defined]
+        return [(n, p) for n, p in named if p.requires_grad and head_task(n) == task]
+
+
+class MultiTaskModel(ParameterGroups, nn.Module):
     """Runs the encoder once per batch and each task's head on that task's rows.
 
     A single-task batch carries `task` (a name) and `labels` (a tensor). A mixed batch (from

@@ -33,8 +33,7 @@ class Diagnostics:
 
     def __init__(self, model, tasks: dict, accelerator):
         self.net = accelerator.unwrap_model(model)
-        named = [(n, p) for n, p in self.net.named_parameters() if p.requires_grad]
-        self.shared = [p for n, p in named if not n.startswith("heads.")]
+        self.shared = [p for _, p in self.net.shared_parameters()]
         self.sizes = [p.numel() for p in self.shared]
         self.batches = {}
         for name, task in tasks.items():

@@ -31,7 +31,6 @@ any collective that waits longer than `trainer.dist_timeout_s` fails, not hangs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -53,6 +52,7 @@ from mtl.training.evaluate import evaluate
 from mtl.training.launch.distributed import make_accelerator
 from mtl.training.setup.run import Run, build_run
 from mtl.training.state import Progress, RunResults, StopReason
+from mtl.training.step import Step
 from mtl.training.tracking.logger import print_summary
 from mtl.training.tracking.window import Window
 
@@ -86,9 +86,12 @@ class Training:
         self.signal: StopSignal | None = None
         self.last_saved = time.monotonic()  # when the last checkpoint was saved (or the start)
         self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
-        self.update = run.balancer.backward_path(run.model, run.accelerator)
+        max_norm = run.settings.trainer.max_grad_norm
+        self.update = Step(
+            run.model, run.balancer, run.optimizer, run.scheduler, run.accelerator, max_norm
+        )
         self.diagnostics = None
-        if run.settings.trainer.diagnose_every != 0:
+        if run.settings.trainer.diagnoses:
             self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
 
     def train(self) -> RunResults:
@@ -125,33 +128,18 @@ class Training:
         self.evaluate()
 
     def micro_step(self, batch: dict, sync: bool, group: int) -> None:
-        """Forward and backward of one batch; gradients are all-reduced only when `sync`. The
-        balancer turns the task losses into the update: the loss it backpropagates, or (when it
-        aggregates gradients) each task's gradient kept apart until the optimizer step."""
-        run = self.run
+        """Forward and backward of one batch (`mtl.training.step`); the last of an accumulation
+        group (`sync`) synchronises the gradients."""
         self.window.add_batch(batch)
-        batch = to_device(batch, run.accelerator.device)
-        # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
-        # earlier micro-batch of the step: tests/distributed checks grad_accum 2. An aggregating
-        # balancer averages its per-task gradients itself, at the optimizer step.
-        together = sync and not run.balancer.aggregates
-        with contextlib.nullcontext() if together else run.accelerator.no_sync(run.model):
-            out = run.model(batch)
-            loss = self.update.backward(out["task_losses"], group)
-        self.window.add_losses(out["task_losses"])
-        self.hooks.call("on_micro_step", run, self.progress, batch, loss)
+        batch = to_device(batch, self.run.accelerator.device)
+        task_losses, loss = self.update.micro_step(batch, sync, group)
+        self.window.add_losses(task_losses)
+        self.hooks.call("on_micro_step", self.run, self.progress, batch, loss)
 
     def optimizer_step(self) -> None:
-        run, max_norm = self.run, self.run.settings.trainer.max_grad_norm
-        self.update.step()  # the balancer's gradients (`mtl.balancers.gradients`)
-        if max_norm:
-            run.accelerator.clip_grad_norm_(run.model.parameters(), max_norm)
-        run.optimizer.step()
-        run.scheduler.step()
-        run.optimizer.zero_grad()
-        run.balancer.after_step()
+        self.update.update()
         self.state.step += 1
-        self.hooks.call("on_step_end", run, self.progress)
+        self.hooks.call("on_step_end", self.run, self.progress)
 
     def after_step(self) -> None:
         """Log the window, evaluate and checkpoint when their intervals (or the last step) say
@@ -200,7 +188,7 @@ class Training:
         figures["eval/mean"] = sum(mains) / len(mains)
         p.last_eval = figures
         # diagnostics at each evaluation share its row of metrics.jsonl
-        diagnosed = self.diagnose() if t.diagnose_every is None else {}
+        diagnosed = self.diagnose() if t.diagnose_every is None and self.diagnostics else {}
         run.logger.log(figures | diagnosed, step=self.state.step)
         p.evaluated_at = self.state.step
         self.track_best()

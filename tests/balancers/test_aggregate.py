@@ -9,9 +9,8 @@ from hypothesis import strategies as st
 from torchjd.aggregation import PCGrad, UPGrad
 
 from mtl.balancers import Aggregate
-from mtl.balancers.gradients import TaskGradients
 from mtl.errors import MtlError
-from tests.balancers.toy import OneProcess, Toy
+from tests.balancers.toy import Toy, gradients
 
 TASKS = ["a", "b", "c"]
 
@@ -28,9 +27,9 @@ def test_upgrad_through_mtl_equals_torchjd_on_the_same_task_gradients():
     expected = UPGrad()(torch.stack(rows))
 
     balancer = Aggregate(TASKS, aggregator="torchjd.aggregation.UPGrad")
-    gradients = TaskGradients(model, balancer, OneProcess())
-    gradients.backward(model.task_losses(x), group=1)
-    gradients.step()
+    path = gradients(model, balancer)
+    path.backward(model.task_losses(x), group=1)
+    path.step()
     got = torch.cat([p.grad.reshape(-1) for p in shared])
     torch.testing.assert_close(got, expected)
     for t in TASKS:  # each head keeps its own task's gradient
@@ -43,9 +42,9 @@ def test_a_group_of_one_task_passes_its_gradient_through():
     model, x = Toy(TASKS), torch.randn(12, 4)
     loss = model.task_losses(x)["b"]
     expected = torch.autograd.grad(loss, list(model.encoder.parameters()))
-    gradients = TaskGradients(model, Aggregate(TASKS), OneProcess())
-    gradients.backward({"b": model.task_losses(x)["b"] * 2}, group=2)  # mean of 2 micro-steps
-    gradients.step()
+    path = gradients(model, Aggregate(TASKS))
+    path.backward({"b": model.task_losses(x)["b"] * 2}, group=2)  # mean of 2 micro-steps
+    path.step()
     for param, grad in zip(model.encoder.parameters(), expected, strict=True):
         torch.testing.assert_close(param.grad, grad)
 

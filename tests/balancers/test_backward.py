@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mtl.balancers import Aggregate, Sum, Uncertainty
-from tests.balancers.toy import OneProcess, Toy
+from tests.balancers.toy import Toy, gradients
 
 TASKS = ["a", "b"]
 
@@ -18,7 +18,7 @@ def grads_of(balancer, weight: float) -> tuple[list[torch.Tensor], torch.Tensor]
     """The model's gradients after one step of `balancer` on task b's loss alone, and the loss
     the backward path returned."""
     model, x = Toy(TASKS), torch.randn(8, 4)
-    update = balancer(TASKS, loss_weights={"b": weight}).backward_path(model, OneProcess())
+    update = gradients(model, balancer(TASKS, loss_weights={"b": weight}))
     loss = update.backward({"b": model.task_losses(x)["b"]}, group=1)
     update.step()
     grads = [p.grad for p in [*model.encoder.parameters(), *model.heads["b"].parameters()]]
@@ -37,7 +37,7 @@ def test_a_loss_weight_of_two_doubles_the_tasks_gradient_once(balancer):
 def test_an_aggregation_returns_the_weighted_sum_its_gradients_came_from():
     model, x = Toy(TASKS), torch.randn(8, 4)
     balancer = Aggregate(TASKS, loss_weights={"b": 3.0})
-    update = balancer.backward_path(model, OneProcess())
+    update = gradients(model, balancer)
     losses = model.task_losses(x)
     loss = update.backward(losses, group=2)
     assert not loss.requires_grad
@@ -48,7 +48,7 @@ def test_uncertainty_weighs_its_whole_term_and_returns_what_it_backpropagated():
     model, x = Toy(TASKS), torch.randn(8, 4)
     balancer = Uncertainty(TASKS, loss_weights={"b": 2.0})
     losses = model.task_losses(x)
-    loss = balancer.backward_path(model, OneProcess()).backward(losses, group=1)
+    loss = gradients(model, balancer).backward(losses, group=1)
     s = balancer.log_variance.detach()
     expected = (torch.exp(-s[0]) * losses["a"] + s[0] / 2) + 2.0 * (
         torch.exp(-s[1]) * losses["b"] + s[1] / 2

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 from mtl.artifacts import config_dir
 from mtl.balancers import Balancer
-from mtl.balancers.gradients import one_task_steps
 from mtl.config import validate
 from mtl.config.parts import BALANCER_GIVEN
+from mtl.training.step import one_task_steps
 from tests.conftest import compose_config
 
 CONF = config_dir()

@@ -24,6 +24,8 @@ class PlainBackward:
     times its `model.loss_weights` weight, summed in the batch's task order and backpropagated
     with a plain `loss.backward()`."""
 
+    ddp_syncs = True
+
     def __init__(self, loss_weights: dict[str, float]):
         self.loss_weights = loss_weights
 
@@ -37,11 +39,11 @@ class PlainBackward:
 
 
 class PlainLoop(Training):
-    """The run's loop with the reference backward path in place of the balancer's."""
+    """The run's loop with the reference backward path in place of the step's."""
 
     def __init__(self, run, progress):
         super().__init__(run, progress)
-        self.update = PlainBackward(dict(run.settings.model.loss_weights))
+        self.update.gradients = PlainBackward(dict(run.settings.model.loss_weights))
 
 
 def train(cfg, loop: type[Training] = Training, hooks=()):

@@ -9,6 +9,7 @@ import torch
 
 from mtl.balancers import DWA, Sum, Uncertainty
 from mtl.errors import MtlError
+from mtl.training.step import sum_over_processes
 
 TASKS = ["a", "b", "c"]
 
@@ -53,7 +54,7 @@ def test_dwa_weights_from_the_ratio_of_the_last_two_windows():
         for _ in range(2):
             total = balancer.loss(window)
             assert total.item() == pytest.approx(sum(v.item() for v in window.values()))
-            balancer.after_step()
+            balancer.after_step(sum_over_processes)
     ratios = torch.tensor([0.5, 1.0, 2.0])
     expected = 3 * torch.softmax(ratios / 2.0, dim=0)
     got = balancer.weights()
@@ -66,7 +67,7 @@ def test_dwa_state_round_trips_through_its_state_dict():
     balancer, copy = DWA(TASKS, window=1), DWA(TASKS, window=1)
     for window in (losses(1.0, 2.0, 3.0), losses(2.0, 2.0, 1.0)):
         balancer.loss(window)
-        balancer.after_step()
+        balancer.after_step(sum_over_processes)
     copy.load_state_dict(balancer.state_dict())
     assert copy.weights() == balancer.weights()
 

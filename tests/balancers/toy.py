@@ -1,14 +1,20 @@
-"""A toy multi-task model and a one-process stand-in for the accelerator, for the balancer tests."""
+"""A toy multi-task model, and the training step's gradient path for it on a real one-process
+accelerator, for the balancer tests."""
 
 from __future__ import annotations
 
 import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from torch import nn
 
+from mtl.models.multitask import ParameterGroups
+from mtl.training.step import Step
 
-class Toy(nn.Module):
-    """A shared encoder (two layers) and one head per task, named as MultiTaskModel names them;
-    task i reads every len(tasks)-th row from row i."""
+
+class Toy(ParameterGroups, nn.Module):
+    """A shared encoder (two layers) and one head per task, grouped as MultiTaskModel groups
+    its parameters; task i reads every len(tasks)-th row from row i."""
 
     def __init__(self, tasks: list[str]):
         super().__init__()
@@ -22,15 +28,8 @@ class Toy(nn.Module):
         return {t: (self.heads[t](hidden[i::n]) ** 2).mean() for i, t in enumerate(self.tasks)}
 
 
-class OneProcess:
-    """What the balancers ask of accelerate's `Accelerator`, for one process on the CPU."""
-
-    device, num_processes = torch.device("cpu"), 1
-
-    @staticmethod
-    def unwrap_model(model):
-        return model
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
+def gradients(model: nn.Module, balancer):
+    """The gradient path (`backward(task_losses, group)`, `step()`) the training step takes for
+    `balancer`, on accelerate's one-process CPU accelerator."""
+    AcceleratorState._reset_state(reset_partial_state=True)  # a fresh one-process state
+    return Step(model, balancer, None, None, Accelerator(cpu=True)).gradients

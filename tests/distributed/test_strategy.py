@@ -53,6 +53,28 @@ def test_fsdp_without_a_device_is_refused_in_one_line(mtl_train, tmp_path):
     assert not (tmp_path / "outputs").exists()  # refused before anything was written
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["balancer=upgrad"], "balancer torchjd.aggregation.UPGrad aggregates per-task "
+         "gradients of whole parameters, which trainer.strategy=fsdp shards; use a loss "
+         "weighting (balancer=sum, uncertainty, dwa) or trainer.strategy=ddp"),
+        (["trainer.diagnose_every=5"], "trainer.diagnose_every=5: diagnostics take per-task "
+         "gradients of whole parameters, which trainer.strategy=fsdp shards; use "
+         "trainer.diagnose_every=0, or trainer.strategy=ddp"),
+    ],
+)  # fmt: skip
+def test_what_needs_whole_parameters_is_refused_under_fsdp(
+    mtl_train, tmp_path, overrides, expected
+):
+    """Refused from the config, before any process or device is asked; diagnostics left at
+    their default (each evaluation) are off under fsdp instead."""
+    line = error_line(*mtl_train("trainer.strategy=fsdp", *overrides))
+    assert line == f"mtl: error: {expected}"
+    assert not (tmp_path / "outputs").exists()
+    assert not TrainerConfig(strategy="fsdp").diagnoses and TrainerConfig().diagnoses
+
+
 def test_unknown_strategy_is_refused_in_one_line(mtl_train):
     line = error_line(*mtl_train("trainer.strategy=zero3"))
     assert line == "mtl: error: trainer.strategy='zero3' is not one of ddp, fsdp"

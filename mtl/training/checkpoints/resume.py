@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
 from mtl.config import Settings, flat
 from mtl.errors import MtlError
+from mtl.models.multitask import head_task
 from mtl.training.checkpoints.checkpoint import carry_best
 from mtl.training.checkpoints.trusted import check_data_only
 from mtl.training.tracking.logger import RunLogger, run_group, run_name
@@ -153,24 +154,24 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     if shapes is None:
         return
     here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    saved_tasks = sorted({k.split(".")[1] for k in shapes if k.startswith("heads.")})
-    run_tasks = sorted({k.split(".")[1] for k in here if k.startswith("heads.")})
+    saved_tasks = sorted({head_task(k) for k in shapes} - {None})
+    run_tasks = sorted({head_task(k) for k in here} - {None})
     if saved_tasks != run_tasks:
         raise MtlError(
             f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
             f"{run_tasks}; {fix}",
             all_ranks=True,
         )
-    for part in ("encoder.", "heads."):
-        for key in sorted(k for k in shapes.keys() | here.keys() if k.startswith(part)):
-            if shapes.get(key) != here.get(key):
-                task = key.split(".")[1]
-                what = f"the head of task {task!r}" if part == "heads." else "the encoder"
-                raise MtlError(
-                    f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
-                    f" there, {_shape(here, key)} here); {fix}",
-                    all_ranks=True,
-                )
+    keys = shapes.keys() | here.keys()  # the shared parameters first, then the heads'
+    for key in sorted(keys, key=lambda k: (head_task(k) is not None, k)):
+        if shapes.get(key) != here.get(key):
+            task = head_task(key)
+            what = "the encoder" if task is None else f"the head of task {task!r}"
+            raise MtlError(
+                f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
+                f" there, {_shape(here, key)} here); {fix}",
+                all_ranks=True,
+            )
 
 
 def _saved_description(folder: Path, option: str) -> dict | None:

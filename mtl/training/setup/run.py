@@ -13,7 +13,6 @@ from typing import Any
 from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
-from mtl.balancers.gradients import notice_one_task_steps
 from mtl.builders.instantiate import build
 from mtl.builders.loaders import build_composite_loader, build_train_loaders
 from mtl.builders.model import build_model
@@ -21,13 +20,13 @@ from mtl.builders.tasks import build_tasks
 from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
-from mtl.errors import MtlError
 from mtl.training.checkpoints.resume import describe, find_start, make_logger
 from mtl.training.hooks import Hooks, ProgressBar
 from mtl.training.launch.distributed import Tracer, check_same_run
 from mtl.training.setup.optim import build_optimizer
 from mtl.training.setup.speed import CompileCounter, compile_encoder, loader_settings
 from mtl.training.state import Progress, TrainState
+from mtl.training.step import check_balancer
 from mtl.training.tracking.logger import RunLogger
 
 
@@ -132,14 +131,9 @@ def build_balancer(cfg: DictConfig, settings: Settings, tasks: dict, loader, acc
     accepted = inspect.signature(import_target(node._target_, "balancer._target_")).parameters
     kwargs = {k: v for k, v in given.items() if k in accepted}
     balancer = build(node, "balancer", list(tasks), **kwargs).to(accelerator.device)
-    if balancer.aggregates:
-        if settings.trainer.mixed_precision == "fp16":
-            raise MtlError(
-                f"balancer {node._target_} aggregates gradients, which fp16 loss scaling does "
-                "not reach; use trainer.mixed_precision=bf16 or no"
-            )
-        accum, is_main = settings.trainer.grad_accum, accelerator.is_main_process
-        notice_one_task_steps(loader, accum, node.get("aggregator") or node._target_, is_main)
+    t, name = settings.trainer, node.get("aggregator") or node._target_
+    fp16 = t.mixed_precision == "fp16"
+    check_balancer(balancer, name, loader, t.grad_accum, fp16, accelerator.is_main_process)
     return balancer
 
 
