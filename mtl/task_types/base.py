@@ -83,7 +83,8 @@ class TaskType:
     Metrics: `known_metrics` are the `Metric`s a task may name by their `name` (each knows
     whether higher is better: `metric_directions()`); `default_metrics` the names used when the
     config gives none. Export: `export_kind(label_names)` names the transformers model class
-    the type's own head maps onto (None: none does).
+    the type's own head maps onto (None: none does). `squared_error`: the loss is a squared
+    error (regression: the uncertainty balancer weighs it as a Gaussian likelihood).
     """
 
     type_name: ClassVar[str] = ""
@@ -92,6 +93,7 @@ class TaskType:
     default_metrics: ClassVar[tuple[str, ...]] = ()
     label_dtype: ClassVar[type] = np.int64
     token_labels: ClassVar[bool] = False
+    squared_error: ClassVar[bool] = False
 
     def __init__(self, name: str, config: Any) -> None:
         self.name = name

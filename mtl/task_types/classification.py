@@ -90,6 +90,7 @@ class Regression(TaskType):
     known_metrics = (metrics.pearson, metrics.spearman, metrics.mse)
     default_metrics = ("pearson", "spearman", "mse")
     label_dtype = np.float32
+    squared_error = True
 
     def columns(self) -> list[str]:
         return text_columns(self.config)

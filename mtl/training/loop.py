@@ -39,6 +39,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mtl.artifacts import write_file
 from mtl.batching import to_device
 from mtl.builders.model import build_model
 from mtl.config import validate
@@ -62,19 +63,20 @@ __all__ = ["RunResults", "StopReason", "StopSignal", "Training", "run"]
 def run(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:
     """Train as the composed config `cfg` says and return the results. `hooks` are called at
     fixed points of the loop (`mtl.training.hooks`). The run folder is held while it trains
-    (`mtl.training.checkpoints.runlock`)."""
-    quiet_libraries()
-    settings = validate(cfg)
-    run_dir = Path(cfg.output_dir)
-    accelerator = make_accelerator(
-        settings.trainer, run_dir, log_with_wandb=settings.logger.backend == "wandb"
-    )
-    folder = RunFolder(run_dir, accelerator)
-    folder.take()
-    try:
-        return Training(*build_run(cfg, settings, accelerator, hooks)).train()
-    finally:
-        folder.release()
+    (`mtl.training.checkpoints.runlock`). The libraries are quiet while it trains
+    (`mtl.quiet`), as they were before once it returns."""
+    with quiet_libraries():
+        settings = validate(cfg)
+        run_dir = Path(cfg.output_dir)
+        accelerator = make_accelerator(
+            settings.trainer, run_dir, log_with_wandb=settings.logger.backend == "wandb"
+        )
+        folder = RunFolder(run_dir, accelerator)
+        folder.take()
+        try:
+            return Training(*build_run(cfg, settings, accelerator, hooks)).train()
+        finally:
+            folder.release()
 
 
 class Training:
@@ -257,7 +259,8 @@ class Training:
             print_summary(
                 p.last_eval, run.tasks, self.state.best, self.state.best_step, self.state.step
             )
-            (run.run_dir / "results.json").write_text(json.dumps(results.summary(), indent=2))
+            summary = json.dumps(results.summary(), indent=2)
+            write_file(run.run_dir / "results.json", summary, overwrite=True)
         run.accelerator.wait_for_everyone()
         return results
 

@@ -572,3 +572,23 @@ def test_annealed_weights_are_logged_and_move_by_epoch(make_cfg, tmp_path):
     annealed = sizes**0.2 / (sizes**0.2).sum()  # shares are proportional to sizes
     got = [last[f"mix_weight/{t}"] for t in ("synthetic_cls", "synthetic_tag")]
     assert got == pytest.approx(annealed.tolist()) and not np.allclose(got, sizes)
+
+
+def test_the_libraries_are_quiet_while_a_run_trains_and_as_before_after(make_cfg):
+    """A library caller's logging is its own again once `run` returns."""
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    class Listen:
+        def on_train_start(self, run, progress) -> None:
+            seen.append(hf_logging.get_verbosity())
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_info()
+    try:
+        run(make_cfg("trainer.max_steps=1"), hooks=[Listen()])
+        assert seen == [hf_logging.ERROR]
+        assert hf_logging.get_verbosity() == hf_logging.INFO
+    finally:
+        hf_logging.set_verbosity(before)

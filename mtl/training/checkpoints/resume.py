@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from mtl.artifacts import write_file
 from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
 from mtl.config import Settings, flat
 from mtl.errors import MtlError
@@ -64,9 +64,7 @@ def wandb_run_id(run_dir: Path) -> str:
             "(the run then continues as a new W&B run)"
         )
     run_id = secrets.token_hex(4)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(run_id + "\n")
-    os.replace(tmp, path)
+    write_file(path, run_id + "\n", overwrite=True)
     return run_id
 
 
@@ -91,13 +89,7 @@ def rewind_metrics(run_dir: Path, rows: int | None, step: int) -> list[dict]:
         kept.append(line)
         parsed.append(row)
     if len(kept) != len(lines):
-        path = Path(run_dir) / METRICS
-        tmp = path.with_name(METRICS + ".tmp")
-        with open(tmp, "w") as f:
-            f.write("".join(line + "\n" for line in kept))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_file(Path(run_dir) / METRICS, "".join(line + "\n" for line in kept), overwrite=True)
     return parsed
 
 

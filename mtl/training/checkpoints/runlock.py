@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from mtl.artifacts import write_file
 from mtl.errors import MtlError
 
 LOCK = ".mtl-lock"
@@ -110,9 +111,7 @@ def take_lock(run_dir: Path) -> str | None:
                     f"delete {path})"
                 )
             said = f"mtl: taking over {run_dir} from {describe(holder)}, which is no longer running"
-        tmp = path.with_name(f"{LOCK}.{mine['pid']}.tmp")
-        tmp.write_text(json.dumps(mine))
-        os.replace(tmp, path)
+        write_file(path, json.dumps(mine), overwrite=True)
     finally:
         os.close(guard)  # and its flock with it
     return said

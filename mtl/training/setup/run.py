@@ -118,15 +118,11 @@ def balancer_node(cfg: DictConfig) -> DictConfig:
 
 def build_balancer(cfg: DictConfig, settings: Settings, tasks: dict, loader, accelerator):
     """The configured balancer (`balancer=sum` when the config has none), on the device. Its
-    class gets the task names, `model.loss_weights` and the regression tasks (those whose head
-    maps onto a transformers regression model), each where its constructor names it; an
+    class gets the task names, `model.loss_weights` and the regression tasks (those whose task
+    type's loss is a squared error), each where its constructor names it; an
     aggregating balancer says at start when every step holds one task."""
     node = balancer_node(cfg)
-    regression = []
-    for name, task in tasks.items():
-        kind = task.task_type.export_kind(task.label_names)
-        if kind is not None and kind.config.get("problem_type") == "regression":
-            regression.append(name)
+    regression = [name for name, task in tasks.items() if task.task_type.squared_error]
     given = {"loss_weights": dict(settings.model.loss_weights), "regression": regression}
     accepted = inspect.signature(import_target(node._target_, "balancer._target_")).parameters
     kwargs = {k: v for k, v in given.items() if k in accepted}
