@@ -41,7 +41,7 @@ def train(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:
     settings = validate(cfg)
     if settings.trainer.keep_freed_memory:
         keep_freed_memory()
-    results = run(cfg, hooks)
+    results = run(settings, hooks)
     if results.stop is not StopReason.SIGNAL:
         predictions = write_outputs(results)
         if results.accelerator.is_main_process:

@@ -12,6 +12,7 @@ common `TaskConfig` keys plus the type's own), checked here once the type is kno
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -284,6 +285,12 @@ def _task(name: str, node: Any) -> TaskConfig:
     return _typed(task_type_class(type_name, name).Options, node, f"task.{name}")
 
 
+def _run_dir(cfg: DictConfig) -> Path | None:
+    """`output_dir` as a path; None while it is Hydra's interpolation outside a Hydra run."""
+    value = OmegaConf.select(cfg, "output_dir", throw_on_resolution_failure=False)
+    return Path(value) if value else None
+
+
 def check_sharded_balancer(trainer: TrainerConfig, balancer: Any) -> None:
     """An aggregating balancer takes per-task gradients of whole parameters: not under fsdp."""
     if trainer.strategy != "fsdp" or not balancer or "_target_" not in balancer:
@@ -300,13 +307,24 @@ def check_sharded_balancer(trainer: TrainerConfig, balancer: Any) -> None:
 
 @dataclass
 class Settings:
-    """The validated, typed view of a composed config."""
+    """The validated, typed view of a composed config: everything a run is built from.
+
+    `loader`, `sampler` and `balancer` are their config nodes (`_target_` and its arguments:
+    their classes check those when built); `config` is the composed config itself, what the run
+    folder records and every process compares. `run_dir` is `output_dir` (None where Hydra did
+    not compose it: a config composed by hand without `output_dir=`)."""
 
     trainer: TrainerConfig
     model: ModelConfig
     logger: LoggerConfig
     data: DataConfig
     tasks: dict[str, TaskConfig]
+    seed: int = 0
+    run_dir: Path | None = None
+    loader: Any = None
+    sampler: Any = None
+    balancer: Any = None
+    config: Any = None
 
 
 def validate(cfg: DictConfig) -> Settings:
@@ -332,6 +350,12 @@ def validate(cfg: DictConfig) -> Settings:
         logger=_typed(LoggerConfig, cfg.logger, "logger"),
         data=_typed(DataConfig, cfg.get("data") or {}, "data"),
         tasks={name: _task(name, node) for name, node in tasks_node.items()},
+        seed=cfg.seed,
+        run_dir=_run_dir(cfg),
+        loader=cfg.get("loader"),
+        sampler=cfg.get("sampler"),
+        balancer=cfg.get("balancer") or OmegaConf.create({"_target_": "mtl.balancers.Sum"}),
+        config=cfg,
     )
     for part in (settings.trainer, settings.model, settings.logger, settings.data):
         part.check()

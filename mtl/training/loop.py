@@ -35,14 +35,13 @@ import json
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from omegaconf import DictConfig
 
 from mtl.artifacts import write_file
 from mtl.batching import to_device
 from mtl.builders.model import build_model
-from mtl.config import validate
+from mtl.config import Settings, validate
 from mtl.errors import MtlError
 from mtl.quiet import quiet_libraries
 from mtl.training.checkpoints.checkpoint import full_model, load_best, save_best, save_checkpoint
@@ -60,21 +59,22 @@ from mtl.training.tracking.window import Window
 __all__ = ["RunResults", "StopReason", "StopSignal", "Training", "run"]
 
 
-def run(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:
-    """Train as the composed config `cfg` says and return the results. `hooks` are called at
-    fixed points of the loop (`mtl.training.hooks`). The run folder is held while it trains
-    (`mtl.training.checkpoints.runlock`). The libraries are quiet while it trains
-    (`mtl.quiet`), as they were before once it returns."""
+def run(cfg: DictConfig | Settings, hooks: Iterable = ()) -> RunResults:
+    """Train as the composed config `cfg` (or its validated `Settings`) says and return the
+    results. `hooks` are called at fixed points of the loop (`mtl.training.hooks`). The run
+    folder is held while it trains (`mtl.training.checkpoints.runlock`). The libraries are quiet
+    while it trains (`mtl.quiet`), as they were before once it returns."""
     with quiet_libraries():
-        settings = validate(cfg)
-        run_dir = Path(cfg.output_dir)
+        settings = cfg if isinstance(cfg, Settings) else validate(cfg)
+        if settings.run_dir is None:
+            raise MtlError("output_dir is not set; give output_dir=<run folder>")
         accelerator = make_accelerator(
-            settings.trainer, run_dir, log_with_wandb=settings.logger.backend == "wandb"
+            settings.trainer, settings.run_dir, log_with_wandb=settings.logger.backend == "wandb"
         )
-        folder = RunFolder(run_dir, accelerator)
+        folder = RunFolder(settings.run_dir, accelerator)
         folder.take()
         try:
-            return Training(*build_run(cfg, settings, accelerator, hooks)).train()
+            return Training(*build_run(settings, accelerator, hooks)).train()
         finally:
             folder.release()
 

@@ -49,7 +49,7 @@ class PlainLoop(Training):
 def train(cfg, loop: type[Training] = Training, hooks=()):
     settings = validate(cfg)
     accelerator = make_accelerator(settings.trainer, Path(cfg.output_dir), log_with_wandb=False)
-    return loop(*build_run(cfg, settings, accelerator, hooks)).train()
+    return loop(*build_run(settings, accelerator, hooks)).train()
 
 
 def weights_of(results) -> dict[str, torch.Tensor]:

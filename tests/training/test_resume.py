@@ -380,7 +380,6 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     from mtl.data import load_tokenizer
     from mtl.errors import MtlError
     from mtl.training.checkpoints.resume import check_compatible, describe
-    from mtl.training.setup.run import balancer_node
 
     step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
     (step / "mtl_run.json").unlink()
@@ -388,7 +387,7 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     settings = validate(cfg)
     tasks, _ = build_tasks(settings, 0)
     model = build_model(settings, tasks)
-    ours = describe(settings, tasks, load_tokenizer(None), balancer_node(cfg))
+    ours = describe(settings, tasks, load_tokenizer(None))
     with pytest.raises(MtlError, match=r"tasks \['synthetic_cls', 'synthetic_tag'\], this run"):
         check_compatible(str(step), model, ours, "trainer.resume=x")
 

@@ -106,7 +106,7 @@ def wandb_seen_step(run_dir: Path, run_id: str) -> int:
     return seen
 
 
-def describe(settings, tasks: dict, tokenizer, balancer) -> dict:
+def describe(settings: Settings, tasks: dict, tokenizer) -> dict:
     """What a checkpoint records of its run, to compare on resume: each task's type, the model,
     the tokenizer (its name and a hash of its vocabulary), the balancer's config (its state and
     optimizer parameters are its own) and each task's label names in id order (what an export
@@ -114,7 +114,7 @@ def describe(settings, tasks: dict, tokenizer, balancer) -> dict:
     m = settings.model
     vocab = sorted(tokenizer.get_vocab().items())
     return {
-        "balancer": OmegaConf.to_container(balancer, resolve=True),
+        "balancer": OmegaConf.to_container(settings.balancer, resolve=True),
         "tasks": {name: task.type for name, task in tasks.items()},
         "labels": {name: task.label_names for name, task in tasks.items()},
         "model": m.name_or_path or "(packaged MiniLM)",
@@ -373,11 +373,11 @@ def run_of(checkpoint: str) -> Path | None:
     return folder.parent.parent if folder.parent.name == "checkpoints" else None
 
 
-def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
+def make_logger(settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
     """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
     and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
     run (its id is kept in the run folder)."""
-    run_dir, history, run_id, seen = Path(cfg.output_dir), [], None, 0
+    run_dir, history, run_id, seen = settings.run_dir, [], None, 0
     if accelerator.is_main_process:
         if rewind is not None:
             history = rewind_metrics(run_dir, *rewind)
@@ -389,9 +389,9 @@ def make_logger(cfg, settings: Settings, accelerator, rewind: tuple | None) -> R
         accelerator,
         settings.logger,
         run_dir,
-        name=run_name(cfg),
+        name=run_name(settings.config),
         group=run_group(),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=OmegaConf.to_container(settings.config, resolve=True),
         run_id=run_id,
         history=history,
         seen=seen,

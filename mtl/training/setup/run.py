@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.utils import set_seed
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from mtl.builders.instantiate import build
 from mtl.builders.loaders import build_composite_loader, build_train_loaders
@@ -55,21 +55,21 @@ class Run:
     hooks: Hooks
 
 
-def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]:
+def build_run(settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]:
     """Tasks, loaders, model, balancer, optimizer and schedule, logger and hooks (the configured
     ones, then `hooks`); a resumed run's progress loaded from its checkpoint."""
-    t, run_dir = settings.trainer, Path(cfg.output_dir)
-    start = find_start(t.resume, run_dir, cfg)
-    set_seed(cfg.seed, device_specific=True)
-    tasks, tokenizer = build_tasks(settings, cfg.seed)
-    loader = build_loader(cfg, settings, tasks, tokenizer, accelerator)
+    t, run_dir = settings.trainer, settings.run_dir
+    start = find_start(t.resume, run_dir, settings.config)
+    set_seed(settings.seed, device_specific=True)
+    tasks, tokenizer = build_tasks(settings, settings.seed)
+    loader = build_loader(settings, tasks, tokenizer, accelerator)
     model = build_model(settings, tasks)
     if t.compile:
         compile_encoder(model, t.compile_backend)
-    description = describe(settings, tasks, tokenizer, balancer_node(cfg))
+    description = describe(settings, tasks, tokenizer)
     start.check(model, description)
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
-    balancer = build_balancer(cfg, settings, tasks, loader, accelerator)
+    balancer = build_balancer(settings, tasks, loader, accelerator)
     optimizer, scheduler = build_optimizer(model, balancer, t, total_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state = TrainState(list(tasks))
@@ -77,7 +77,7 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     if balancer.state_dict():  # its parameters or running state (resume stays exact)
         accelerator.register_for_checkpointing(balancer)
     start.restore(accelerator, run_dir, state)
-    logger = make_logger(cfg, settings, accelerator, start.rewind(state))
+    logger = make_logger(settings, accelerator, start.rewind(state))
     if accelerator.is_main_process:
         resumed = f" (resuming at step {state.step})" if start.checkpoint else ""
         print(f"mtl: run folder {run_dir.resolve()}{resumed}", file=sys.stderr)
@@ -89,39 +89,34 @@ def build_run(cfg: DictConfig, settings: Settings, accelerator, hooks=()) -> tup
     return run, Progress(state)
 
 
-def build_loader(cfg: DictConfig, settings: Settings, tasks: dict, tokenizer, accelerator):
+def build_loader(settings: Settings, tasks: dict, tokenizer, accelerator):
     """The composite loader over this rank's shard of each task, checked to be the same run on
     every rank."""
     loaders = build_train_loaders(
         tasks,
         loader_settings(settings, accelerator.device),
-        cfg.sampler,
-        seed=cfg.seed,
+        settings.sampler,
+        seed=settings.seed,
         num_replicas=accelerator.num_processes,
         rank=accelerator.process_index,
     )
     loader = build_composite_loader(
-        cfg.loader,
+        settings.loader,
         loaders,
-        seed=cfg.seed,
+        seed=settings.seed,
         pad_token_id=tokenizer.pad_token_id,
         epochs=settings.trainer.epochs,
     )
-    check_same_run(accelerator, OmegaConf.to_container(cfg, resolve=True), loader)
+    check_same_run(accelerator, OmegaConf.to_container(settings.config, resolve=True), loader)
     return loader
 
 
-def balancer_node(cfg: DictConfig) -> DictConfig:
-    """The run's balancer config (`balancer=sum` when the config has none)."""
-    return cfg.get("balancer") or OmegaConf.create({"_target_": "mtl.balancers.Sum"})
-
-
-def build_balancer(cfg: DictConfig, settings: Settings, tasks: dict, loader, accelerator):
+def build_balancer(settings: Settings, tasks: dict, loader, accelerator):
     """The configured balancer (`balancer=sum` when the config has none), on the device. Its
     class gets the task names, `model.loss_weights` and the regression tasks (those whose task
     type's loss is a squared error), each where its constructor names it; an
     aggregating balancer says at start when every step holds one task."""
-    node = balancer_node(cfg)
+    node = settings.balancer
     regression = [name for name, task in tasks.items() if task.task_type.squared_error]
     given = {"loss_weights": dict(settings.model.loss_weights), "regression": regression}
     accepted = inspect.signature(import_target(node._target_, "balancer._target_")).parameters
