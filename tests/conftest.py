@@ -64,17 +64,21 @@ def make_cfg(tmp_path):
 def train_here(monkeypatch, capsys):
     """`train_here(*args)`: `mtl-train *args` in this process (`mtl.cli.train` with `sys.argv`;
     Hydra and its HydraConfig cleared before and after; `sys.path` and the environment restored
-    after); returns (exit status, stderr): 0 for a run that returns, the status of its
-    `SystemExit` otherwise; its stdout is left for `capsys`.
+    after, and accelerate's process-wide state: each run sets its own mixed precision); returns
+    (exit status, stderr): 0 for a run that returns, the status of its `SystemExit` otherwise;
+    its stdout is left for `capsys`.
 
     One process has one launch time (the default run folder's name): two runs into default
     folders from the same folder need `hydra.run.dir` or `output_dir` of their own."""
+
+    from accelerate.state import AcceleratorState  # torch's import time: only where it runs
 
     def call(*args: str) -> tuple[int, str]:
         monkeypatch.setattr(sys, "argv", ["mtl-train", *args])
         monkeypatch.setattr(sys, "path", list(sys.path))  # train() adds the folder it runs in
         monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # what train() sets; restored after
         GlobalHydra.instance().clear()
+        AcceleratorState._reset_state(reset_partial_state=True)  # each run its own precision
         capsys.readouterr()
         code = 0
         try:
@@ -84,6 +88,7 @@ def train_here(monkeypatch, capsys):
         finally:
             GlobalHydra.instance().clear()
             HydraConfig.instance().cfg = None  # a config composed by hand is not under Hydra
+            AcceleratorState._reset_state(reset_partial_state=True)
         captured = capsys.readouterr()
         sys.stdout.write(captured.out)  # left for the test's own capsys.readouterr()
         return code, captured.err

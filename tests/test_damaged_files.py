@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from mtl.cli.export import main as export_main
@@ -61,24 +60,13 @@ def listing(folder: Path) -> dict[str, tuple[bytes | None, int]]:
 
 
 @pytest.fixture
-def train_ok(monkeypatch, capsys):
-    """`train_ok(*args)`: `mtl-train *args` in this process, a run that goes through (accelerate's
-    process-wide state reset around it: each run sets its own mixed precision); its stderr."""
-    from accelerate.state import AcceleratorState
-
-    from mtl.cli.train import train
+def train_ok(train_here):
+    """`train_ok(*args)`: `train_here(*args)` (conftest), a run that goes through; its stderr."""
 
     def call(*args: str) -> str:
-        monkeypatch.setattr(sys, "argv", ["mtl-train", *args])
-        GlobalHydra.instance().clear()
-        AcceleratorState._reset_state(reset_partial_state=True)
-        capsys.readouterr()
-        try:
-            train()
-        finally:
-            GlobalHydra.instance().clear()
-            AcceleratorState._reset_state(reset_partial_state=True)
-        return capsys.readouterr().err
+        status, err = train_here(*args)
+        assert status == 0, err[-2000:]
+        return err
 
     return call
 
@@ -498,23 +486,11 @@ def test_predictions_to_a_full_disk_are_one_line_and_leave_nothing(work, capsys,
     assert list(disk.iterdir()) == []
 
 
-def test_a_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_part(
-    work, capsys, small_disk, monkeypatch
-):
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_part(work, small_disk, train_here):
     """The step checkpoint (about 12 MB) does not fit: the training stops with one line saying
     how to resume, and no part of the checkpoint is left taking the space."""
-    from accelerate.state import AcceleratorState
-
-    from mtl.cli.train import train
-
     disk = small_disk("8m")
-    monkeypatch.setattr(sys, "argv", ["mtl-train", *FAST, f"hydra.run.dir={disk}/run"])
-    GlobalHydra.instance().clear()
-    try:
-        status, err = command(capsys, lambda _: train())
-    finally:
-        GlobalHydra.instance().clear()
-        AcceleratorState._reset_state(reset_partial_state=True)
+    status, err = train_here(*FAST, f"hydra.run.dir={disk}/run")
     err = "\n".join(line for line in err.splitlines() if not line.startswith("mtl: run folder"))
     line = one_error_line(status, err)
     assert line.startswith(f"checkpoint of step 4: no space left on the disk of {disk}/run/"), line

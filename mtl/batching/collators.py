@@ -25,6 +25,21 @@ from mtl.batching.rows import IGNORE_INDEX, PackedRows
 from mtl.errors import MtlError
 
 
+def task_rows(batch: Mapping[str, Any]) -> dict[str, torch.Tensor | None]:
+    """The tasks a batch holds and each one's rows, the one place that reads a batch's two
+    shapes: a batch of one task (`task`, from `TaskCollator`) -> {task: None}, every row; a mixed
+    batch (`task_ids` [B] indexing `tasks`, `labels` a dict per task: `loader=mixup`) -> {task:
+    the indices of its rows} for each task with a row, in `tasks` order."""
+    if "task" in batch:
+        return {batch["task"]: None}
+    found = {}
+    for index, name in enumerate(batch["tasks"]):
+        rows = (batch["task_ids"] == index).nonzero(as_tuple=True)[0]
+        if rows.numel():
+            found[name] = rows
+    return found
+
+
 class TaskCollator:
     """Pads a batch of one task's examples into tensors.
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from mtl.batching.collators import task_rows
 from mtl.models.families import EncoderAdapter, adapter_for
 from mtl.models.packing import PackedEncoder
 
@@ -100,14 +101,12 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         batch's order."""
         hidden = self.encode(batch)
         mask = batch["attention_mask"]
-        if "task" in batch:
-            groups = {batch["task"]: (hidden, mask, batch["labels"])}
-        else:
-            groups = {}
-            for index, name in enumerate(batch["tasks"]):
-                rows = (batch["task_ids"] == index).nonzero(as_tuple=True)[0]
-                if rows.numel():
-                    groups[name] = (hidden[rows], mask[rows], batch["labels"][name])
+        groups = {}
+        for name, rows in task_rows(batch).items():
+            if rows is None:
+                groups[name] = (hidden, mask, batch["labels"])
+            else:
+                groups[name] = (hidden[rows], mask[rows], batch["labels"][name])
         task_losses, logits = {}, {}
         for name, (h, m, labels) in groups.items():
             head = self.heads[name]

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from mtl.builders.weights import trained_weights
-from mtl.config import register_configs
 from mtl.training.loop import run
+from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # Losses that are means over rows: a token-level loss is a mean over each process's own tokens,
@@ -60,10 +58,7 @@ def test_two_processes_give_the_update_of_one_with_the_same_global_batch(tmp_pat
         header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
         assert header["world"] == 2 and header["rank"] == rank
 
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        one_cfg = compose("config", [*COMMON, *batch_size(16), f"output_dir={tmp_path / 'one'}"])
+    one_cfg = compose_config(*COMMON, *batch_size(16), f"output_dir={tmp_path / 'one'}")
     run(one_cfg)
 
     step = "checkpoints/step_0000002"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -21,20 +21,14 @@ from mtl.config import (
     TaskConfig,
     TrainerConfig,
     check_chosen_files,
-    register_configs,
     validate,
 )
 from mtl.errors import MtlError
 from mtl.task_types import task_type_class
+from tests.conftest import hydra_session
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BASE = ["task=[synthetic_cls]", "output_dir=unused"]
-
-
-def hydra_session():
-    GlobalHydra.instance().clear()
-    register_configs()
-    return initialize_config_dir(version_base="1.3", config_dir=str(CONF))
 
 
 def group_options(loader, group: str, prefix: str = "") -> list[str]:

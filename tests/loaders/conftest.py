@@ -8,14 +8,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
-from mtl.artifacts import config_dir
 from mtl.builders.loaders import build_composite_loader
-from mtl.config import register_configs
+from tests.conftest import compose_config
 
 
 class ToyDataset(Dataset):
@@ -177,10 +174,7 @@ def make_real_tasks():
 @functools.cache
 def loader_node(name: str) -> DictConfig:
     """The `loader` node of the real config composed with `loader=<name>`."""
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
-        return compose("config", overrides=[f"loader={name}"]).loader
+    return compose_config(f"loader={name}").loader
 
 
 def configured_loader(name: str, loaders: dict, seed: int = 0, **options):

@@ -105,7 +105,7 @@ MIXUP = [
 _MIXUP_RUNS: dict[str, tuple[Path, Path, str]] = {}
 
 
-def compose_cfg(out: Path, model: Path, *overrides: str):
+def family_cfg(out: Path, model: Path, *overrides: str):
     return compose_config(
         "debug=fast",
         "model=minilm",
@@ -124,7 +124,7 @@ def mixup_run(model_type: str, tmp_path_factory) -> tuple[Path, Path, str]:
         model = save_tiny_model(model_type, root / "model")
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            results = train(compose_cfg(root / "mixup", model, *MIXUP))
+            results = train(family_cfg(root / "mixup", model, *MIXUP))
         export = root / "mixup" / "export"
         r = results
         write_export(r.model, r.tokenizer, r.tasks, r.settings, export, standard=True)
@@ -143,7 +143,7 @@ def deep(request, tmp_path_factory) -> SimpleNamespace:
     """One epoch of loader=random (one batch of each task)."""
     model, mixup, _ = mixup_run(request.param, tmp_path_factory)
     random = ["loader=random", "data.max_examples=16", "trainer.max_steps=null"]
-    train(compose_cfg(mixup.parent / "random", model, *random, "trainer.export=false"))
+    train(family_cfg(mixup.parent / "random", model, *random, "trainer.export=false"))
     return SimpleNamespace(random=mixup.parent / "random")
 
 
@@ -153,7 +153,7 @@ def resumed(request, tmp_path_factory) -> SimpleNamespace:
     model, mixup, _ = mixup_run(request.param, tmp_path_factory)
     step_2 = mixup / "checkpoints" / "step_0000002"
     resumed = mixup.parent / "resumed"
-    train(compose_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}"))
+    train(family_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}"))
     return SimpleNamespace(model_type=request.param, mixup=mixup, resumed=resumed)
 
 

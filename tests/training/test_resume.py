@@ -379,7 +379,7 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     from mtl.config import validate
     from mtl.data import load_tokenizer
     from mtl.errors import MtlError
-    from mtl.training.checkpoints.resume import check_compatible, describe
+    from mtl.training.checkpoints.compatible import check_compatible, describe
 
     step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
     (step / "mtl_run.json").unlink()
@@ -398,7 +398,7 @@ def test_a_description_without_one_of_its_keys_is_one_line(trained, tmp_path):
     import shutil
 
     from mtl.errors import MtlError
-    from mtl.training.checkpoints.resume import check_compatible
+    from mtl.training.checkpoints.compatible import check_compatible
 
     step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
     saved = json.loads((step / "mtl_run.json").read_text())

@@ -1,5 +1,6 @@
-"""Checkpoints that survive a killed job: accelerate's `save_state` folders under
-`<run>/checkpoints/step_<N:07d>`, written whole or not at all.
+"""Writing checkpoints that survive a killed job: accelerate's `save_state` folders under
+`<run>/checkpoints/step_<N:07d>`, written whole or not at all (the layout, its names and the
+reading side: `mtl.builders.weights`).
 
 A checkpoint holds the model, optimizer, scheduler, RNG states (one file per rank), the composite
 loader's position and the run counters (`mtl.training.state.TrainState`), so that
@@ -75,8 +76,9 @@ def save_checkpoint(
     so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only the K complete
     checkpoints of the highest steps are kept (always including this one), and folders left by
     killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing outside
-    `<run>/checkpoints` is touched. Returns once the folder is in place on every rank. `description`
-    (the run's tasks and model, `mtl.training.checkpoints.resume.describe`) goes to `mtl_run.json`.
+    `<run>/checkpoints` is touched. Returns once the folder is in place on every rank.
+    `description` (the run's tasks and model, `mtl.training.checkpoints.compatible.describe`) goes
+    to `mtl_run.json`.
     """
     if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 1):
         raise MtlError(

@@ -1,41 +1,30 @@
-"""A resumed training is the same run: same W&B run, each logged row once, the same model.
+"""Where a training starts: fresh, again from step 0, or from a checkpoint of the same run.
 
-- `wandb_run_id` keeps the W&B run id in `<run>/wandb_run_id`, written once at the first start:
-  every later start in that folder continues that W&B run (`resume="allow"`).
-- `rewind_metrics` cuts `<run>/metrics.jsonl` back to the rows written before the checkpoint
-  being resumed was saved (atomically), so the steps run again are not logged twice.
-- `wandb_seen_step` reads back the `.wandb` files of the run: the last step W&B already holds,
-  which the resumed run does not send again.
-- `check_compatible` compares the checkpoint's tasks, heads and encoder with the run's model
-  before anything is loaded; a mismatch is one line that names what differs.
+- `find_start` turns `trainer.resume` into a `Start`: the checkpoint to load (checked to hold
+  data only, `mtl.training.checkpoints.trusted`, and to be this run's,
+  `mtl.training.checkpoints.compatible`), and whether it resumes in its own folder.
 - `check_run_folder` refuses a training into a folder that holds another one (a checkpoint, the
   rows of metrics.jsonl, a best model, results or an export), and a resume whose command would
   change what the run trains (`changed_settings`: its config against the run's `.hydra/` record).
-- `make_logger` puts these together for the training loop.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from mtl.artifacts import write_file
-from mtl.builders.weights import DESCRIPTION, MARKER, resolve_checkpoint
-from mtl.config import Settings, flat
+from mtl.builders.weights import MARKER, resolve_checkpoint
+from mtl.config import flat
 from mtl.errors import MtlError
-from mtl.models.multitask import head_task
 from mtl.training.checkpoints.checkpoint import carry_best
+from mtl.training.checkpoints.compatible import check_compatible, unreadable
 from mtl.training.checkpoints.trusted import check_data_only
-from mtl.training.tracking.logger import RunLogger, run_group, run_name
-from mtl.training.tracking.wandb_file import read_history
+from mtl.training.tracking.history import METRICS
 
-RUN_ID_FILE = "wandb_run_id"
 RECORD = Path(".hydra") / "config.yaml"  # the config a run trains with (Hydra's, or mtl's record)
 # What a resumed run may change: how long it trains, how often it logs, evaluates and saves, and
 # how it runs; every other setting is what the run trains (tasks, model, loader, ...).
@@ -48,171 +37,6 @@ CHANGEABLE = (
     "trainer.compile_backend", "data.num_workers", "data.pin_memory",
     "data.persistent_workers", "logger",
 )  # fmt: skip
-DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
-METRICS = "metrics.jsonl"
-
-
-def wandb_run_id(run_dir: Path) -> str:
-    """The run's W&B id: read from `<run>/wandb_run_id`, or made and written there once."""
-    path = Path(run_dir) / RUN_ID_FILE
-    if path.is_file():
-        run_id = path.read_text().strip()
-        if run_id.isalnum():
-            return run_id
-        raise MtlError(
-            f"{path} holds {run_id[:40]!r}, not a W&B run id; restore it or delete it "
-            "(the run then continues as a new W&B run)"
-        )
-    run_id = secrets.token_hex(4)
-    write_file(path, run_id + "\n", overwrite=True)
-    return run_id
-
-
-def read_rows(run_dir: Path) -> list[str]:
-    path = Path(run_dir) / METRICS
-    return path.read_text().splitlines() if path.is_file() else []
-
-
-def rewind_metrics(run_dir: Path, rows: int | None, step: int) -> list[dict]:
-    """Keep the first `rows` lines of metrics.jsonl (those written before the checkpoint; with
-    `rows=None`, from a checkpoint that did not count them, those of steps <= `step`), written
-    beside and renamed into place. Returns the rows kept."""
-    lines = [line for line in read_rows(run_dir) if line.strip()]
-    kept, parsed = [], []
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            break  # a line cut short by the kill: it and what follows are rewritten
-        if (rows is not None and i >= rows) or (rows is None and row.get("step", 0) > step):
-            break
-        kept.append(line)
-        parsed.append(row)
-    if len(kept) != len(lines):
-        write_file(Path(run_dir) / METRICS, "".join(line + "\n" for line in kept), overwrite=True)
-    return parsed
-
-
-def wandb_seen_step(run_dir: Path, run_id: str) -> int:
-    """The highest step in the `.wandb` files of W&B run `run_id` in the run folder (0: none)."""
-    seen = 0
-    for path in sorted((Path(run_dir) / "wandb").glob(f"*run-*-{run_id}/run-{run_id}.wandb")):
-        try:
-            rows = read_history(path)
-        except (ValueError, OSError):
-            continue
-        steps = [row.get("step", row.get("_step", 0)) for row in rows]
-        seen = max([seen, *(int(s) for s in steps if isinstance(s, int | float))])
-    return seen
-
-
-def describe(settings: Settings, tasks: dict, tokenizer) -> dict:
-    """What a checkpoint records of its run, to compare on resume: each task's type, the model,
-    the tokenizer (its name and a hash of its vocabulary), the balancer's config (its state and
-    optimizer parameters are its own) and each task's label names in id order (what an export
-    or prediction of the run names its classes with, whatever the data files say later)."""
-    m = settings.model
-    vocab = sorted(tokenizer.get_vocab().items())
-    return {
-        "balancer": OmegaConf.to_container(settings.balancer, resolve=True),
-        "tasks": {name: task.type for name, task in tasks.items()},
-        "labels": {name: task.label_names for name, task in tasks.items()},
-        "model": m.name_or_path or "(packaged MiniLM)",
-        "tokenizer": {
-            "name": m.tokenizer or m.name_or_path or "(packaged MiniLM)",
-            "vocabulary": hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16],
-        },
-    }
-
-
-def check_compatible(checkpoint: str, model, description: dict, option: str) -> None:
-    """One-line MtlError when `checkpoint` was trained with other tasks, heads or encoder than
-    `model` (the unwrapped model of this run) and `description` (`describe`)."""
-    folder = Path(checkpoint)
-    run_of = folder.parent.parent if folder.parent.name == "checkpoints" else folder
-    fix = (
-        "resume with the config it was trained with, or start from its weights with a fresh "
-        f"optimizer: model.init_from={run_of} instead of {option}"
-    )
-    theirs = _saved_description(folder, option)
-    for key in (*DESCRIBED, "labels") if theirs is not None else ():
-        if key in theirs and theirs[key] != description[key]:
-            raise MtlError(
-                f"{option}: the checkpoint was trained with {key} {_show(theirs[key])}, this run "
-                f"has {_show(description[key])}; {fix}",
-                all_ranks=True,
-            )
-    shapes = _saved_shapes(folder, option)
-    if shapes is None:
-        return
-    here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    saved_tasks = sorted({head_task(k) for k in shapes} - {None})
-    run_tasks = sorted({head_task(k) for k in here} - {None})
-    if saved_tasks != run_tasks:
-        raise MtlError(
-            f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
-            f"{run_tasks}; {fix}",
-            all_ranks=True,
-        )
-    keys = shapes.keys() | here.keys()  # the shared parameters first, then the heads'
-    for key in sorted(keys, key=lambda k: (head_task(k) is not None, k)):
-        if shapes.get(key) != here.get(key):
-            task = head_task(key)
-            what = "the encoder" if task is None else f"the head of task {task!r}"
-            raise MtlError(
-                f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
-                f" there, {_shape(here, key)} here); {fix}",
-                all_ranks=True,
-            )
-
-
-def _saved_description(folder: Path, option: str) -> dict | None:
-    """The checkpoint's `describe` (`mtl_run.json`); None when it has none (mtl 0.1.0 wrote
-    none: the weights' shapes are still compared)."""
-    path = folder / DESCRIPTION
-    if not path.is_file():
-        return None
-    try:
-        saved = json.loads(path.read_text())
-        labels = {"labels": saved["labels"]} if "labels" in saved else {}  # mtl >= 0.3
-        return {key: saved[key] for key in DESCRIBED} | labels
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise unreadable(folder, option, err) from None
-
-
-def _saved_shapes(folder: Path, option: str) -> dict[str, tuple] | None:
-    from safetensors import safe_open
-
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        return None
-    try:
-        with safe_open(str(path), "pt") as f:
-            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
-    except Exception as err:  # safetensors raises its own error types for a damaged header
-        raise unreadable(folder, option, err) from None
-
-
-def unreadable(folder: Path, option: str, err: Exception) -> MtlError:
-    """A checkpoint that cannot be loaded: a file damaged (its size right, its contents not)."""
-    detail = (str(err).strip().splitlines() or [""])[-1][:200]
-    return MtlError(
-        f"{option}: checkpoint {folder} cannot be loaded ({type(err).__name__}: {detail}); "
-        f"resume from an earlier one: trainer.resume={folder.parent}/step_N",
-        all_ranks=True,
-    )
-
-
-def _shape(shapes: dict, key: str) -> str:
-    return f"shape {shapes[key]}" if key in shapes else "absent"
-
-
-def _show(value) -> str:
-    if isinstance(value, dict) and "vocabulary" in value:
-        return f"{value['name']!r} (vocabulary {value['vocabulary']})"
-    if isinstance(value, dict):
-        return "[" + ", ".join(f"{k} ({v})" for k, v in value.items()) + "]"
-    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -371,28 +195,3 @@ def run_of(checkpoint: str) -> Path | None:
     """The run folder a checkpoint folder belongs to (`<run>/checkpoints/step_N`)."""
     folder = Path(checkpoint).resolve()
     return folder.parent.parent if folder.parent.name == "checkpoints" else None
-
-
-def make_logger(settings: Settings, accelerator, rewind: tuple | None) -> RunLogger:
-    """The run's logger. Resuming in its own folder (`rewind`: the checkpoint's metrics rows
-    and step), the same run continues: metrics.jsonl cut back to the checkpoint, the same W&B
-    run (its id is kept in the run folder)."""
-    run_dir, history, run_id, seen = settings.run_dir, [], None, 0
-    if accelerator.is_main_process:
-        if rewind is not None:
-            history = rewind_metrics(run_dir, *rewind)
-        if settings.logger.backend == "wandb" and settings.logger.mode != "disabled":
-            run_dir.mkdir(parents=True, exist_ok=True)
-            run_id = wandb_run_id(run_dir)
-            seen = wandb_seen_step(run_dir, run_id)
-    return RunLogger(
-        accelerator,
-        settings.logger,
-        run_dir,
-        name=run_name(settings.config),
-        group=run_group(),
-        config=OmegaConf.to_container(settings.config, resolve=True),
-        run_id=run_id,
-        history=history,
-        seen=seen,
-    )

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from mtl.batching.collators import task_rows
 from mtl.errors import MtlError, env_rank
 from mtl.training.launch.nodes import check_nodes
 from mtl.training.launch.sharding import ShardingAccelerator, check_strategy, fsdp_plugin
@@ -240,12 +241,9 @@ def batch_examples(batch: dict) -> dict[str, list[int]]:
     ids = batch.get("example_ids")
     if ids is None:
         return {}
-    if "task" in batch:
-        return {batch["task"]: ids.tolist()}
     return {
-        name: ids[batch["task_ids"] == i].tolist()
-        for i, name in enumerate(batch["tasks"])
-        if bool((batch["task_ids"] == i).any())
+        name: (ids if rows is None else ids[rows]).tolist()
+        for name, rows in task_rows(batch).items()
     }
 
 

@@ -20,13 +20,15 @@ from mtl.builders.tasks import build_tasks
 from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
-from mtl.training.checkpoints.resume import describe, find_start, make_logger
+from mtl.training.checkpoints.compatible import describe
+from mtl.training.checkpoints.resume import find_start
 from mtl.training.hooks import Hooks, ProgressBar
 from mtl.training.launch.distributed import Tracer, check_same_run
 from mtl.training.setup.optim import build_optimizer
 from mtl.training.setup.speed import CompileCounter, compile_encoder, loader_settings
 from mtl.training.state import Progress, TrainState
 from mtl.training.step import check_balancer
+from mtl.training.tracking.history import make_logger
 from mtl.training.tracking.logger import RunLogger
 
 

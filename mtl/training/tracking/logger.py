@@ -28,8 +28,8 @@ class RunLogger:
 
     A resumed run continues its W&B run: `run_id` (kept in the run folder) with `resume="allow"`.
     `history` is the rows metrics.jsonl kept up to the checkpoint (see
-    `mtl.training.checkpoints.resume.rewind_metrics`); W&B is sent those of them after `seen`
-    (the last step it holds, `mtl.training.checkpoints.resume.wandb_seen_step`), and of the rows
+    `mtl.training.tracking.history.rewind_metrics`); W&B is sent those of them after `seen`
+    (the last step it holds, `mtl.training.tracking.history.wandb_seen_step`), and of the rows
     logged from now on only those after `seen`, said once: W&B holds every step once. `rows`
     counts the lines of metrics.jsonl.
     """

@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from mtl.batching.collators import task_rows
 from mtl.errors import MtlError
 
 
@@ -107,11 +108,11 @@ class Window:
 
 
 def task_counts(batch: dict) -> dict[str, int]:
-    """Rows per task in a batch: one task for single-task batches, a count per task for mixup."""
-    if "task" in batch:
-        return {batch["task"]: 1}
-    counts = torch.bincount(batch["task_ids"], minlength=len(batch["tasks"]))
-    return {name: int(counts[i]) for i, name in enumerate(batch["tasks"])}
+    """What a batch adds to each task's share: 1 for a batch of one task, its rows in a mixed
+    batch (mixup)."""
+    return {
+        name: 1 if rows is None else int(rows.numel()) for name, rows in task_rows(batch).items()
+    }
 
 
 def mix_text(figures: dict[str, float], names: list[str]) -> str:
