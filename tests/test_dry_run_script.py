@@ -1,4 +1,5 @@
-"""`mtl-dry-run`: an epoch summary from task sizes alone, run as the installed console script."""
+"""`mtl-dry-run`: an epoch summary from task sizes alone (its console script's function in this
+process; one test runs the installed console script as its own process)."""
 
 import re
 import subprocess
@@ -21,8 +22,23 @@ def console_script(name: str) -> list[str]:
     ]
 
 
-def dry_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*console_script("mtl-dry-run"), *args], capture_output=True, text=True)
+@pytest.fixture
+def dry_run(capsys):
+    """`dry_run(*args)`: `mtl-dry-run *args` in this process (its console script's function);
+    its exit status and output as a finished process gives them."""
+    from mtl.cli.dry_run import main
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = 0
+        try:
+            main(list(args))
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+    return call
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -32,19 +48,29 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_summary_counts_steps_and_passes():
+@pytest.mark.slow  # the installed console script, as its own process
+def test_the_console_script_prints_the_summary():
+    done = subprocess.run(
+        [*console_script("mtl-dry-run"), "mixup", "big=12", "small=3"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "12 steps" in done.stdout
+
+
+def test_summary_counts_steps_and_passes(dry_run):
     out = dry_run("mixup", "big=12", "small=3").stdout
     assert "12 steps" in out
     small = next(line for line in out.splitlines() if line.startswith("small"))
     assert small.split()[-1] == "4.00"  # 12 steps / 3 batches per pass
 
 
-def test_options_and_epochs_reach_the_loader():
+def test_options_and_epochs_reach_the_loader(dry_run):
     out = dry_run("random", "a=3", "b=5", "loader.weighting=uniform", "epochs=2").stdout
     assert out.count("RandomLoader") == 2 and "epoch 0" in out and "epoch 1" in out
 
 
-def test_unknown_loader_is_one_line():
+def test_unknown_loader_is_one_line(dry_run):
     assert "round_robin" in one_error_line(dry_run("rr", "a=3"))
 
 
@@ -56,15 +82,14 @@ def test_unknown_loader_is_one_line():
         (["mixup", "a=3", "loader.nope=1"], "nope"),
     ],
 )
-def test_bad_sizes_and_options_are_one_line(args, named):
+def test_bad_sizes_and_options_are_one_line(dry_run, args, named):
     assert named in one_error_line(dry_run(*args))
 
 
-def test_mtl_workspace_console_script_prints_the_spec():
-    result = subprocess.run(
-        [*console_script("mtl-workspace"), "entity=e", "project=p", "tasks=[a,b]",
-         "dry_run=true"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert '"project": "p"' in result.stdout and "eval/a/" in result.stdout
+def test_mtl_workspace_prints_the_spec(capsys):
+    from mtl.cli.workspace import main
+
+    capsys.readouterr()
+    main(["entity=e", "project=p", "tasks=[a,b]", "dry_run=true"])
+    out = capsys.readouterr().out
+    assert '"project": "p"' in out and "eval/a/" in out
