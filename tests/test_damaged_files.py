@@ -286,6 +286,7 @@ def unprivileged_prefix(folder: Path) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow  # mtl-predict as another user: its own process
 def test_predict_into_a_folder_the_user_cannot_write_stops_before_the_work(work):
     locked = work / "locked"
     locked.mkdir()
@@ -320,7 +321,7 @@ def modes(folder: Path) -> dict[str, int]:
     }
 
 
-@pytest.mark.parametrize("mask", [0o022, 0o027])
+@pytest.mark.parametrize("mask", [0o022, pytest.param(0o027, marks=pytest.mark.slow)])
 def test_what_mtl_writes_has_the_modes_of_the_umask(work, train_ok, mask):
     from mtl.reporting.figures import report
 
@@ -367,6 +368,7 @@ def fake_cache(folder: Path) -> tuple[Path, Path]:
     return whole, half
 
 
+@pytest.mark.slow  # a compiled training
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inductor's ELF libraries")
 def test_a_half_written_compile_cache_entry_is_removed_with_one_line(work, train_ok, monkeypatch):
     """A compiled run (aot_eager, so the test does not wait for a C++ compiler; the check runs

@@ -64,6 +64,7 @@ class SignalAt:
             signal.raise_signal(signal.SIGINT)
 
 
+@pytest.mark.slow  # two whole runs; tests/training/test_loop.py keeps a Ctrl-C resume fast
 def test_ctrl_c_then_resume_alone_ends_bit_equal(tmp_path, train_here, monkeypatch):
     """Ctrl-C at a random step, then `trainer.resume=<run>` and nothing else: the run ends
     with the weights of the run never stopped, bit for bit."""

@@ -45,6 +45,7 @@ def compile_figures(run_dir: Path) -> dict:
     return row
 
 
+@pytest.mark.slow  # torch.compile of a whole training
 def test_compiled_encoder_trains_like_eager_on_few_graphs(make_cfg, tmp_path, capfd):
     eager_widths, compiled_widths = Widths(), Widths()
     run(make_cfg(*SMALL, output_dir=tmp_path / "eager"), hooks=[eager_widths])

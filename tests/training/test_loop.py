@@ -19,14 +19,25 @@ from mtl.training.tracking.wandb_file import read_history, record_types
 LOADERS = ["sequential", "round_robin", "random", "mixup"]
 SAMPLERS = ["random", "block_shuffle"]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
+SLOW = pytest.mark.slow  # in CI; out of the edit loop's fast subset
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("sampler", SAMPLERS)
-@pytest.mark.parametrize("loader", LOADERS)
+# The fast subset keeps two of the eight (a mixed and a one-task batch, each sampler); all in CI.
+FAST_PAIRS = {("mixup", "block_shuffle"), ("random", "random")}
+
+
+@pytest.mark.parametrize(
+    ("loader", "sampler"),
+    [
+        pytest.param(loader, sampler, marks=() if (loader, sampler) in FAST_PAIRS else SLOW)
+        for loader in LOADERS
+        for sampler in SAMPLERS
+    ],
+)
 def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
     cfg = make_cfg(f"loader={loader}", f"sampler={sampler}", "trainer.trace=true")
     final = run(cfg).dev
@@ -76,7 +87,7 @@ def losses_by_step(run_dir: Path) -> dict[int, dict]:
     }
 
 
-@pytest.mark.parametrize("loader", ["random", "mixup"])
+@pytest.mark.parametrize("loader", [pytest.param("random", marks=SLOW), "mixup"])
 def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
     common = [
         f"loader={loader}",
@@ -228,6 +239,7 @@ class SignalAt:
                 os.kill(os.getpid(), self.signum)
 
 
+@SLOW  # the fast subset keeps Ctrl-C's stop and resume below
 def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(make_cfg, tmp_path, capsys):
     """SIGTERM mid-run (in-process, at step 7; a signal sent from outside to a training process
     is tests/distributed's and tests/reporting/test_sweep.py's): the run saves that step, says
@@ -396,7 +408,7 @@ ALL_TYPES = [
 ]
 
 
-@pytest.mark.parametrize("loader", ["mixup", "random"])
+@pytest.mark.parametrize("loader", ["mixup", pytest.param("random", marks=SLOW)])
 def test_every_task_type_trains_together(make_cfg, tmp_path, loader):
     # One whole epoch (every batch of every task under random's each_once).
     final = run(
