@@ -1,24 +1,24 @@
-"""`balancer=upgrad loader=mixup` through the command line users type, and what it logs: the
-task-interaction diagnostics, the keys the W&B workspace plots, the report's figure."""
+"""`balancer=upgrad loader=mixup` as `mtl-train` runs it once composed (in this process), and what
+it logs: the task-interaction diagnostics, the keys the W&B workspace plots, the report's
+figure."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from mtl.cli.job import train
 from mtl.reporting.figures import report
 from mtl.reporting.workspace import workspace_spec
 from mtl.training.diagnostics import diagnostic_keys
+from tests.conftest import compose_config
 
-ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["synthetic_cls", "synthetic_tag", "synthetic_reg"]
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +26,10 @@ def run_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("upgrad")
     args = ["model=tiny", "debug=fast", "logger=none", "balancer=upgrad", "loader=mixup"]
     args += [f"task=[{','.join(TASKS)}]", "trainer.diagnose_every=2", "trainer.export=false"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={folder}/run"],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "does nothing here" not in done.stderr  # mixup steps hold every task
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        train(compose_config(*args, f"output_dir={folder}/run"))
+    assert "does nothing here" not in stderr.getvalue()  # mixup steps hold every task
     return folder / "run"
 
 
