@@ -97,7 +97,7 @@ def test_wheel_trains_and_predicts_from_an_empty_folder(tmp_path):
     train = run([venv / "bin" / "mtl-train", "model=tiny", "debug=fast", "logger=none"], work, env)
     (run_dir,) = (work / "outputs" / "runs").glob("*/*")
     assert (run_dir / "results.json").is_file() and (run_dir / "export").is_dir()
-    table = r"^(pydoc_\w+)\s+\w+\s+\w+\s+([0-9.]+)\s+[0-9.]+$"  # task type metric best last
+    table = r"^(pydoc_\w+)\s+\w+\s+\w+\s+(-?[0-9.]+)\s+-?[0-9.]+$"  # task type metric best last
     figures = {task: float(best) for task, best in re.findall(table, train.stdout, re.M)}
     assert set(figures) == {"pydoc_topic", "pydoc_code", "pydoc_code_share"}, train.stdout
 

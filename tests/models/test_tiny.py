@@ -6,6 +6,7 @@ import os
 import runpy
 import stat
 import sys
+import warnings
 
 import pytest
 
@@ -17,7 +18,9 @@ def tiny_command(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = 0
     try:
-        runpy.run_module("mtl.models.tiny", run_name="__main__", alter_sys=True)
+        with warnings.catch_warnings():  # the module is imported here already; under -m it is not
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runpy.run_module("mtl.models.tiny", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = 1 if isinstance(stop.code, str) else int(stop.code or 0)
         if isinstance(stop.code, str):
