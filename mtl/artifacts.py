@@ -249,8 +249,7 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -
         else:
             _rename_new(tmp, target)
         fsync(target.parent)
-    except Exception as err:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as err:  # asked while the part written still fills the disk
         if out_of_space(err, target.parent):
             raise no_space(target.parent, str(path)) from None
         raise
@@ -283,8 +282,7 @@ def write_file(
         else:
             _rename_new(tmp, target)
         fsync(target.parent)
-    except Exception as err:
-        tmp.unlink(missing_ok=True)
+    except Exception as err:  # asked while the part written still fills the disk
         if out_of_space(err, target.parent):
             raise no_space(target.parent, str(path)) from None
         raise

@@ -498,3 +498,22 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_part(work, small_
     assert line.startswith(f"checkpoint of step 4: no space left on the disk of {disk}/run/"), line
     assert line.endswith(f"then resume with trainer.resume={disk}/run"), line
     assert list((disk / "run" / "checkpoints").iterdir()) == []
+
+
+def test_a_writer_that_says_only_runtime_error_on_a_full_disk_is_one_line(work, small_disk):
+    """torch's zip writer reports a full disk as "unexpected pos": the free space is read while
+    the part written still fills the disk, then the part is removed."""
+    from mtl.artifacts import write_folder
+    from mtl.errors import MtlError
+
+    disk = small_disk("1m")
+
+    def fill(tmp: Path) -> None:
+        try:
+            (tmp / "model.bin").write_bytes(b"\0" * 2**21)
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos") from None
+
+    with pytest.raises(MtlError, match=r"^disk/out: no space left on the disk of disk "):
+        write_folder("disk/out", fill)
+    assert list(disk.iterdir()) == []
