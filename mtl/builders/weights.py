@@ -34,9 +34,7 @@ def best_weights_file(best: Path) -> Path:
     return older if older.is_file() and not (best / BEST_WEIGHTS).is_file() else best / BEST_WEIGHTS
 
 
-DESCRIPTION = (
-    "mtl_run.json"  # the run's tasks and model (mtl.training.checkpoints.compatible.describe)
-)
+DESCRIPTION = "mtl_run.json"  # the run's tasks and model (checkpoints.compatible.describe)
 
 
 TMP_PREFIX = ".tmp-"  # a save under way, or left by a killed one

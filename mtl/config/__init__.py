@@ -293,7 +293,7 @@ def _run_dir(cfg: DictConfig) -> Path | None:
 
 def check_sharded_balancer(trainer: TrainerConfig, balancer: Any) -> None:
     """An aggregating balancer takes per-task gradients of whole parameters: not under fsdp."""
-    if trainer.strategy != "fsdp" or not balancer or "_target_" not in balancer:
+    if trainer.strategy != "fsdp" or "_target_" not in balancer:
         return
     cls = import_target(balancer._target_, "balancer._target_")
     if getattr(cls, "aggregates", False):
@@ -361,7 +361,7 @@ def validate(cfg: DictConfig) -> Settings:
         part.check()
     for name, task in settings.tasks.items():
         task.check(name)
-    check_sharded_balancer(settings.trainer, cfg.get("balancer"))
+    check_sharded_balancer(settings.trainer, settings.balancer)
     unknown = set(settings.model.loss_weights) - set(settings.tasks)
     if unknown:
         raise MtlError(

@@ -89,7 +89,7 @@ class Training:
         self.last_saved = time.monotonic()  # when the last checkpoint was saved (or the start)
         self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
         max_norm = run.settings.trainer.max_grad_norm
-        self.update = Step(
+        self.step = Step(
             run.model, run.balancer, run.optimizer, run.scheduler, run.accelerator, max_norm
         )
         self.diagnostics = None
@@ -134,12 +134,12 @@ class Training:
         group (`sync`) synchronises the gradients."""
         self.window.add_batch(batch)
         batch = to_device(batch, self.run.accelerator.device)
-        task_losses, loss = self.update.micro_step(batch, sync, group)
+        task_losses, loss = self.step.micro_step(batch, sync, group)
         self.window.add_losses(task_losses)
         self.hooks.call("on_micro_step", self.run, self.progress, batch, loss)
 
     def optimizer_step(self) -> None:
-        self.update.update()
+        self.step.update()
         self.state.step += 1
         self.hooks.call("on_step_end", self.run, self.progress)
 

@@ -43,7 +43,7 @@ class PlainLoop(Training):
 
     def __init__(self, run, progress):
         super().__init__(run, progress)
-        self.update.gradients = PlainBackward(dict(run.settings.model.loss_weights))
+        self.step.gradients = PlainBackward(dict(run.settings.model.loss_weights))
 
 
 def train(cfg, loop: type[Training] = Training, hooks=()):
