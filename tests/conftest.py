@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +27,19 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist, each worker's torch gets its share of the cores (torch takes them
+    all by default: two workers of two threads on two cores run the suite a third slower).
+    Processes the tests start inherit it through OMP_NUM_THREADS."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch  # the import takes seconds: only in a worker of a parallel session
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @contextmanager
 def hydra_session() -> Iterator[None]:
     """Hydra initialized on mtl's `conf/` (cleared first, schemas registered), as `mtl-train`."""
@@ -37,9 +51,26 @@ def hydra_session() -> Iterator[None]:
 
 def compose_config(*overrides: str, hydra_config: bool = False) -> DictConfig:
     """The real config composed with exactly these overrides (no presets); with `hydra_config`,
-    the `hydra` node too."""
-    with hydra_session():
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+    the `hydra` node too.
+
+    Hydra takes about 0.25 s a composition, so the config of each list of overrides but
+    `output_dir=` is composed once per test process and each call gets a copy, its `output_dir`
+    set on it (interpolations are resolved later, so this is what the override would give)."""
+    if hydra_config:
+        with hydra_session():
+            return compose("config", overrides=list(overrides), return_hydra_config=True)
+    folders = [o.partition("=")[2] for o in overrides if o.startswith("output_dir=")]
+    rest = tuple(o for o in overrides if not o.startswith("output_dir="))
+    if rest not in _COMPOSED:
+        with hydra_session():
+            _COMPOSED[rest] = compose("config", overrides=list(rest))
+    cfg = copy.deepcopy(_COMPOSED[rest])
+    for folder in folders:
+        cfg.output_dir = folder
+    return cfg
+
+
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
 
 
 @pytest.fixture(scope="session")

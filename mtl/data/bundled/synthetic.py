@@ -7,6 +7,8 @@ package docstring (`mtl.data.bundled`) describes each task.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 Row = dict[str, object]
@@ -26,8 +28,10 @@ _FILLER = (
 THEME_NAMES = {"ANIMAL": "animals", "FOOD": "food", "VEHICLE": "vehicles"}
 
 
-def _synthetic_sentences(size: int, seed: int) -> list[tuple[str, list[str], list[str]]]:
-    """(theme, words, per-word tags) for `size` sentences."""
+@lru_cache(maxsize=4)
+def _synthetic_sentences(size: int, seed: int) -> tuple[tuple[str, tuple, tuple], ...]:
+    """(theme, words, per-word tags) for `size` sentences. Kept for the next call: the three
+    single-text tasks (and each job of an in-process sweep) read the same sentences."""
     rng = np.random.default_rng(seed)
     themes = sorted(THEMES)
     sentences = []
@@ -43,8 +47,8 @@ def _synthetic_sentences(size: int, seed: int) -> list[tuple[str, list[str], lis
                 tag = theme if rng.random() < 0.8 else themes[rng.integers(len(themes))]
                 words.append(str(rng.choice(THEMES[tag])))
                 tags.append(tag)
-        sentences.append((theme, words, tags))
-    return sentences
+        sentences.append((theme, tuple(words), tuple(tags)))
+    return tuple(sentences)
 
 
 def synthetic_rows(name: str, size: int, seed: int) -> list[Row]:
@@ -54,7 +58,7 @@ def synthetic_rows(name: str, size: int, seed: int) -> list[Row]:
         if name == "synthetic_cls":
             rows.append({"text": " ".join(words), "label": THEME_NAMES[theme]})
         elif name == "synthetic_tag":
-            rows.append({"text": words, "label": tags})
+            rows.append({"text": list(words), "label": list(tags)})
         else:
             rows.append({"text": " ".join(words), "label": tags.count("ANIMAL") / len(tags)})
     return rows
