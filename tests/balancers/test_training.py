@@ -9,10 +9,8 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from mtl.config import validate
-from mtl.training.launch.distributed import make_accelerator
+import mtl.training.loop
 from mtl.training.loop import Training
-from mtl.training.setup.run import build_run
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +45,11 @@ class PlainLoop(Training):
 
 
 def train(cfg, loop: type[Training] = Training, hooks=()):
-    settings = validate(cfg)
-    accelerator = make_accelerator(settings.trainer, Path(cfg.output_dir), log_with_wandb=False)
-    return loop(*build_run(settings, accelerator, hooks)).train()
+    """`mtl.training.loop.run(cfg, hooks)`, the run folder's lock included, with `loop` as the
+    loop it builds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mtl.training.loop, "Training", loop)
+        return mtl.training.loop.run(cfg, hooks)
 
 
 def weights_of(results) -> dict[str, torch.Tensor]:

@@ -73,16 +73,15 @@ def synthetic_multi_rows(name: str, size: int, seed: int) -> list[Row]:
     rng = np.random.default_rng([seed, 1])
     themes = sorted(THEMES)
     by_theme = {theme: [i for i, s in enumerate(sentences) if s[0] == theme] for theme in themes}
+    other_themes = {
+        theme: sorted(set(range(len(sentences))) - set(by_theme[theme])) for theme in themes
+    }
     rows: list[Row] = []
     for i, (theme, words, tags) in enumerate(sentences):
         text = " ".join(words)
         if name == "synthetic_pair":
             same = i % 2 == 0 and len(by_theme[theme]) > 1
-            partners = (
-                [j for j in by_theme[theme] if j != i]
-                if same
-                else [j for j, s in enumerate(sentences) if s[0] != theme]
-            )
+            partners = [j for j in by_theme[theme] if j != i] if same else other_themes[theme]
             if not partners:
                 continue
             partner = " ".join(sentences[partners[rng.integers(len(partners))]][1])
