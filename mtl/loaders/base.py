@@ -200,7 +200,7 @@ class CompositeLoader:
         self._streams = [
             TaskStream(n, loaders[n], s) for n, s in zip(self.names, sizes, strict=True)
         ]
-        self._epoch = 0
+        self._epoch, self._replans = 0, 0  # _replans: schedules changed mid-epoch (`replan`)
         self._carry: list[Cursor] = [(-1, 0)] * len(self.names)  # cursors at the epoch's start
         self._step = 0  # batches yielded in this epoch
         self._resume_step = 0  # where the next iteration starts (set by load_state_dict)
@@ -277,6 +277,12 @@ class CompositeLoader:
             self._schedules[epoch] = self.build_schedule(epoch)
         return self._schedules[epoch]
 
+    def replan(self, epoch: int) -> None:
+        """Forget `epoch`'s schedule: it is built again when next read, and an iteration under
+        way reads it again from its next step (a plan that changes mid-epoch: `loader.online`)."""
+        self._schedules.pop(epoch, None)
+        self._replans += 1
+
     # -- public API -------------------------------------------------------------------------------
 
     @property
@@ -333,16 +339,21 @@ class CompositeLoader:
         tallies = self._tallies
         step = start
         if schedule.ndim == 1:  # one task's batch per step
-            for t in schedule[start:].tolist():
-                batch = next_batch[t]()
-                examples, tokens = count_batch(batch)
-                tally = tallies[t]
-                tally[0] += 1
-                tally[1] += examples
-                tally[2] += tokens
-                step += 1
-                self._step = step
-                yield batch
+            while step < len(schedule):
+                replans = self._replans
+                for t in schedule[step:].tolist():
+                    batch = next_batch[t]()
+                    examples, tokens = count_batch(batch)
+                    tally = tallies[t]
+                    tally[0] += 1
+                    tally[1] += examples
+                    tally[2] += tokens
+                    step += 1
+                    self._step = step
+                    yield batch
+                    if self._replans != replans:  # the rest of the epoch was drawn again
+                        schedule = self.schedule(epoch)
+                        break
         else:
             combine = self.combine
             for tasks in _step_tasks(schedule[start:]):

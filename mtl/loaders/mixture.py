@@ -263,13 +263,13 @@ class Mixture:
         stretches = []
         for a, b in zip(cuts, cuts[1:], strict=False):
             p = self.weights(epoch, a - start, length)
-            counts = _fill(b - a, p, left, epoch)
+            counts = fill(b - a, p, left, epoch)
             left -= counts
             stretches.append(counts)
         return stretches
 
 
-def _fill(length: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
+def fill(length: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
     """`length` steps split by weights `p` (largest remainders), no task above its `room`."""
     counts = np.zeros(len(p), dtype=np.int64)
     active = (p > 0) & (room > 0)

@@ -9,7 +9,8 @@ import numpy as np
 
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
-from mtl.loaders.mixture import Mixture
+from mtl.loaders.mixture import Mixture, fill
+from mtl.loaders.online import build_policy, checked_weights
 
 
 class RandomLoader(CompositeLoader):
@@ -59,6 +60,7 @@ class RandomLoader(CompositeLoader):
         exhaust: str | None = None,
         steps_per_epoch: int | None = None,
         epochs: int | None = None,
+        online: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
         if size_cap is not None and (
@@ -92,6 +94,7 @@ class RandomLoader(CompositeLoader):
                     "pass (exhaust=cycle_to_longest); give it at least 1"
                 )
         self.mixture.boundaries(self.fixed_length if stages else None)  # one line if bad
+        self.online = None if online is None else OnlineMixing(self, online)
 
     @property
     def fixed_length(self) -> int | None:
@@ -103,17 +106,48 @@ class RandomLoader(CompositeLoader):
         return None
 
     def options(self) -> dict[str, Any]:
-        return {**super().options(), **self.mixture.options()}
+        online = None if self.online is None else self.online.options()
+        return {**super().options(), **self.mixture.options(), "online": online}
 
     def mix_weights(self) -> dict[str, float]:
-        """The weights of the step last drawn (of the first step before any)."""
+        """The weights of the step last drawn (of the first step before any); with
+        `online`, the policy's latest weights (those the next steps are drawn from)."""
+        if self.online is not None:
+            return {n: float(w) for n, w in zip(self.names, self.online.weights, strict=True)}
         epoch, step = self.position
         if step == 0 and epoch > 0:  # an epoch just ended: its last step
             epoch, step = epoch - 1, self.epoch_length(epoch - 1)
         p = self.mixture.weights(epoch, max(step - 1, 0), self.fixed_length)
         return {n: float(w) for n, w in zip(self.names, p, strict=True)}
 
+    def __iter__(self):
+        if self.online is not None:
+            self.online.begin(self._epoch)
+        return super().__iter__()
+
+    def update_mixture(self, figures: Mapping, step: int) -> None:
+        """`loader.online`: the policy's next weights from `figures` (the same on every rank),
+        and the rest of the epoch redrawn from them."""
+        if self.online is None:
+            raise MtlError("update_mixture: this loader has no loader.online policy")
+        self.online.update(figures, step)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.online is not None:
+            state["online"] = self.online.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.online is not None:
+            if "online" not in state:
+                raise MtlError("loader state: saved without loader.online; resume without it")
+            self.online.load_state_dict(state["online"])
+        super().load_state_dict(state)
+
     def build_schedule(self, epoch: int) -> np.ndarray:
+        if self.online is not None:
+            return self.online.schedule(epoch)
         rng, length = self.rng(epoch), self.fixed_length
         if length is not None:
             tasks = np.arange(len(self.names))
@@ -187,3 +221,95 @@ def _draw_until_count(rng: np.random.Generator, p: np.ndarray, task: int, count:
             return np.concatenate(parts)
         parts.append(draws)
         seen += len(hits)
+
+
+class OnlineMixing:
+    """`loader.online` of a RandomLoader: {policy, update_every, options} (`mtl.loaders.online`).
+
+    An epoch starts from the policy's latest weights (the mixture's `weighting` before its
+    first update), split over the epoch's steps as a static mixture's are and shuffled with
+    `rng([seed, epoch])`. An update at step s of the epoch redraws steps s.. from the new
+    weights (counts by largest remainders within each task's cap, order from `rng([seed,
+    epoch, u])`, u the run's update count), so `len()` is exact, every rank draws the same
+    steps, and the epoch's plan (start weights and updates) resumes it exactly."""
+
+    def __init__(self, loader: RandomLoader, online: Mapping[str, Any]):
+        if not isinstance(online, Mapping) or "policy" not in online:
+            raise MtlError(
+                f"loader.online: got {online!r}; give {{policy: exp3|loss_softmax|dev_gap|"
+                "<package.module.Class>, update_every: <optimizer steps>, options: {...}}"
+            )
+        unknown = set(online) - {"policy", "update_every", "options"}
+        if unknown:
+            raise MtlError(
+                f"loader.online: unknown key(s) {', '.join(sorted(map(str, unknown)))}; use "
+                "policy, update_every, options"
+            )
+        every = online.get("update_every")
+        if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
+            raise MtlError(f"loader.online.update_every: got {every!r}; give an integer >= 1")
+        if loader.fixed_length is None or loader.mixture.moves:
+            raise MtlError(
+                "loader.online needs epochs of a fixed number of steps (exhaust=each_once or "
+                "steps_per_epoch) and a weighting that does not move by itself (no stages, "
+                "annealed or temperature_end)"
+            )
+        self.loader, self.update_every = loader, int(every)
+        self.name = online["policy"] if isinstance(online["policy"], str) else None
+        self.policy = build_policy(online["policy"], online.get("options"))
+        if callable(getattr(self.policy, "check_tasks", None)):
+            self.policy.check_tasks(loader.names)
+        self.weights = loader.mixture.weights(0)
+        self.updates = 0
+        self.plan: dict[str, Any] = {"epoch": -1, "start": [], "updates": []}
+
+    def options(self) -> dict[str, Any]:
+        return {"policy": self.name or type(self.policy).__name__, "every": self.update_every}
+
+    def begin(self, epoch: int) -> None:
+        """An iteration starts `epoch`: a new plan from the latest weights (kept on resume)."""
+        if self.plan["epoch"] != epoch:
+            self.plan = {"epoch": epoch, "start": self.weights.tolist(), "updates": []}
+            self.loader.replan(epoch)
+
+    def update(self, figures: Mapping, step: int) -> None:
+        names = self.loader.names
+        current = {n: float(w) for n, w in zip(names, self.weights, strict=True)}
+        new = self.policy.update(figures, current)
+        self.weights = checked_weights(new, names, step, self.policy)
+        self.updates += 1
+        epoch, at = self.loader.position
+        if self.plan["epoch"] == epoch and 0 < at < self.loader.fixed_length:
+            self.plan["updates"].append([at, self.updates, self.weights.tolist()])
+            self.loader.replan(epoch)
+
+    def schedule(self, epoch: int) -> np.ndarray:
+        length, tasks = self.loader.fixed_length, np.arange(len(self.loader.names))
+        caps = self.loader.mixture.caps
+        room = np.full(len(tasks), np.inf) if caps is None else caps.astype(float)
+        planned = self.plan["epoch"] == epoch
+        start = np.array(self.plan["start"]) if planned else self.weights
+        order = self.loader.rng(epoch).permutation(
+            np.repeat(tasks, fill(length, start, room, epoch))
+        )
+        for at, index, weights in self.plan["updates"] if planned else []:
+            left = room - np.bincount(order[:at], minlength=len(tasks))
+            counts = fill(length - at, np.array(weights), left, epoch)
+            rng = np.random.default_rng([self.loader.seed, epoch, index])
+            order[at:] = rng.permutation(np.repeat(tasks, counts))
+        return order
+
+    def state_dict(self) -> dict[str, Any]:
+        state = getattr(self.policy, "state_dict", dict)()
+        return {"weights": self.weights.tolist(), "updates": self.updates, "plan": self.plan,
+                "policy": state}  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.weights = np.array(state["weights"], dtype=float)
+        self.updates = int(state["updates"])
+        plan = state["plan"]
+        self.plan = {"epoch": int(plan["epoch"]), "start": list(plan["start"]),
+                     "updates": [list(u) for u in plan["updates"]]}  # fmt: skip
+        if callable(getattr(self.policy, "load_state_dict", None)):
+            self.policy.load_state_dict(state["policy"])
+        self.loader.replan(self.plan["epoch"])

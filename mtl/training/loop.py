@@ -92,6 +92,10 @@ class Training:
         self.step = Step(
             run.model, run.balancer, run.optimizer, run.scheduler, run.accelerator, max_norm
         )
+        self.online = getattr(run.loader, "online", None)  # `loader.online`: its own window
+        self.mixing = None
+        if self.online is not None:
+            self.mixing = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
         self.diagnostics = None
         if run.settings.trainer.diagnoses:
             self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
@@ -136,6 +140,9 @@ class Training:
         batch = to_device(batch, self.run.accelerator.device)
         task_losses, loss = self.step.micro_step(batch, sync, group)
         self.window.add_losses(task_losses)
+        if self.mixing is not None:
+            self.mixing.add_batch(batch)
+            self.mixing.add_losses(task_losses)
         self.hooks.call("on_micro_step", self.run, self.progress, batch, loss)
 
     def optimizer_step(self) -> None:
@@ -147,6 +154,8 @@ class Training:
         """Log the window, evaluate and checkpoint when their intervals (or the last step) say
         so; stop for a signal (every rank at the same step)."""
         run, t, step = self.run, self.run.settings.trainer, self.state.step
+        if self.online is not None and step % self.online.update_every == 0:
+            self.update_mixture()
         if step % t.log_every == 0 or step == run.total_steps:
             self.log_window()
         if t.eval_every and step % t.eval_every == 0:
@@ -161,6 +170,21 @@ class Training:
             self.progress.stop = StopReason.SIGNAL
         elif boundary.checkpoint or (t.checkpoint_every and step % t.checkpoint_every == 0):
             self.checkpoint()
+
+    def update_mixture(self) -> None:
+        """`loader.online`: the policy's figures of the steps since its last update (the same
+        on every rank) and the latest evaluation's main dev figures, oriented so that higher
+        is better; the loader draws the rest of the epoch from the policy's weights."""
+        run, step = self.run, self.state.step
+        figures = self.mixing.task_figures(run.accelerator, step)
+        last = self.progress.last_eval or {}
+        for name, task in run.tasks.items():
+            metric = task.task_type.main_metric
+            value = last.get(f"eval/{name}/{metric}")
+            if value is not None:
+                higher = task.task_type.metric_directions()[metric]
+                figures[name]["dev"] = value if higher else -value
+        run.loader.update_mixture(figures, step)
 
     def checkpoint(self) -> None:
         """Save the step's checkpoint, with the number of metrics.jsonl rows written so far."""

@@ -75,6 +75,21 @@ class Window:
         self.first_step, self.started = step + 1, time.perf_counter()
         return figures
 
+    def task_figures(self, accelerator, step: int) -> dict[str, dict[str, float]]:
+        """Per task: "rows" and, where it had any, "loss" (the mean of its micro-step losses),
+        summed over the processes (the same on every rank); then the next window starts."""
+        losses = self.losses(accelerator, step)
+        counted = torch.tensor(self.counts, dtype=torch.float64, device=accelerator.device)
+        rows = accelerator.reduce(counted, reduction="sum").cpu()
+        self.counts = [0.0] * len(self.counts)
+        self.first_step, self.started = step + 1, time.perf_counter()
+        figures: dict[str, dict[str, float]] = {}
+        for i, name in enumerate(self.tasks):
+            figures[name] = {"rows": float(rows[i])}
+            if f"loss/{name}" in losses:
+                figures[name]["loss"] = losses[f"loss/{name}"]
+        return figures
+
     def losses(self, accelerator, step: int) -> dict[str, float]:
         """Each task's mean loss over the window and `loss`, from every rank's sums (gathered)."""
         world, names = accelerator.num_processes, self.tasks

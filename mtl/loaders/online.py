@@ -1,0 +1,207 @@
+"""Online mixing: task weights that follow what training measures (`loader.online`).
+
+Every `update_every` optimizer steps the training loop hands the policy the figures of the steps
+since its last update, summed over the processes so that every rank sees the same numbers:
+`{task: {"loss": mean training loss, "rows": rows, "dev": the latest evaluation's main dev
+figure, higher is better}}` ("loss" only for a task that had rows, "dev" once there is an
+evaluation). The policy returns the next weights; the loader draws the rest of the epoch from
+them (`RandomLoader`), so `len()` stays exact and a capped task still gets no more than its cap.
+
+A policy is any object with `update(figures, weights) -> {task: weight}` (`weights`: the ones
+in force, normalised); `state_dict()`/`load_state_dict()` where it keeps state, which the
+checkpoint holds. Built in:
+
+- `exp3` (online data mixing, Albalak et al. 2023): an EXP3 bandit whose reward is each task's
+  training loss. Per update t (1, 2, ...): for each task i with a loss, `R_i <- smoothing * R_i +
+  (1 - smoothing) * loss_i / w_i` (importance-weighted by the weight it was drawn with); then
+  `eps = exploration` (or `min(1/K, sqrt(ln K / (K t)))` when not given) and
+  `w = (1 - K eps) * softmax(eps * R) + eps`.
+- `loss_softmax`: `w = softmax(loss / temperature)` over each task's latest training loss.
+- `dev_gap`: `w_i ~ max(target_i - dev_i, 0) + floor`, with `target` per task or, where none is
+  given, the task's best dev figure so far; no weight moves before the first evaluation.
+
+Losses of different task types differ in scale (a regression's squared error against a
+cross-entropy): exp3 and loss_softmax reward the larger one; `dev_gap` compares dev figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mtl.errors import MtlError
+
+Figures = Mapping[str, Mapping[str, float]]
+
+
+def _positive(value: Any, key: str, *, zero: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero):
+        need = ">= 0" if zero else "> 0"
+        raise MtlError(f"loader.online.{key}: got {value!r}; give a number {need}")
+    return float(value)
+
+
+class Exp3:
+    """EXP3 over the tasks, rewarded by their training losses (see the module docstring)."""
+
+    def __init__(self, exploration: float | None = None, smoothing: float = 0.9):
+        if exploration is not None:
+            exploration = _positive(exploration, "exploration", zero=True)
+        smoothing = _positive(smoothing, "smoothing", zero=True)
+        if smoothing >= 1:
+            raise MtlError(f"loader.online.smoothing: got {smoothing}; give a number in [0, 1)")
+        self.exploration, self.smoothing = exploration, smoothing
+        self.rewards: dict[str, float] = {}
+        self.updates = 0
+
+    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
+        names = list(weights)
+        k = len(names)
+        for name in names:
+            loss = figures.get(name, {}).get("loss")
+            if loss is not None and weights[name] > 0:
+                old = self.rewards.get(name, 0.0)
+                new = loss / weights[name]
+                self.rewards[name] = self.smoothing * old + (1 - self.smoothing) * new
+        self.updates += 1
+        eps = self.exploration
+        if eps is None:
+            eps = min(1 / k, math.sqrt(math.log(k) / (k * self.updates))) if k > 1 else 0.0
+        if eps * k > 1:
+            raise MtlError(
+                f"loader.online.exploration: got {eps}; with {k} tasks give at most 1/{k}"
+            )
+        scores = np.array([eps * self.rewards.get(n, 0.0) for n in names])
+        soft = np.exp(scores - scores.max())
+        soft /= soft.sum()
+        return {n: float((1 - k * eps) * s + eps) for n, s in zip(names, soft, strict=True)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rewards": dict(self.rewards), "updates": self.updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.rewards = {n: float(v) for n, v in state["rewards"].items()}
+        self.updates = int(state["updates"])
+
+
+class LossSoftmax:
+    """`softmax(loss / temperature)` over each task's latest training loss."""
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = _positive(temperature, "temperature")
+        self.losses: dict[str, float] = {}
+
+    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
+        for name in weights:
+            loss = figures.get(name, {}).get("loss")
+            if loss is not None:
+                self.losses[name] = float(loss)
+        if not self.losses:
+            return dict(weights)
+        fill = float(np.mean(list(self.losses.values())))  # a task not seen yet: the mean
+        scores = np.array([self.losses.get(n, fill) / self.temperature for n in weights])
+        soft = np.exp(scores - scores.max())
+        return {n: float(s) for n, s in zip(weights, soft / soft.sum(), strict=True)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"losses": dict(self.losses)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.losses = {n: float(v) for n, v in state["losses"].items()}
+
+
+class DevGap:
+    """`w_i ~ max(target_i - dev_i, 0) + floor` (target: given, or the task's best so far)."""
+
+    def __init__(self, target: Mapping[str, float] | None = None, floor: float = 0.05):
+        self.target = {str(n): float(v) for n, v in (target or {}).items()}
+        self.floor = _positive(floor, "floor")
+        self.best: dict[str, float] = {}
+
+    def check_tasks(self, names: Sequence[str]) -> None:
+        unknown = sorted(set(self.target) - set(names))
+        if unknown:
+            raise MtlError(
+                f"loader.online.target names {', '.join(map(repr, unknown))}, not a task of this "
+                f"run ({', '.join(names)})"
+            )
+
+    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
+        devs = {n: figures[n]["dev"] for n in weights if "dev" in figures.get(n, {})}
+        if not devs:
+            return dict(weights)
+        for name, dev in devs.items():
+            self.best[name] = max(self.best.get(name, dev), dev)
+        gaps = {}
+        for name in weights:
+            if name not in devs:
+                gaps[name] = 0.0
+                continue
+            target = self.target.get(name, self.best[name])
+            gaps[name] = max(target - devs[name], 0.0)
+        total = sum(gaps.values()) + self.floor * len(gaps)
+        return {n: (g + self.floor) / total for n, g in gaps.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": dict(self.best)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best = {n: float(v) for n, v in state["best"].items()}
+
+
+POLICIES = {"exp3": Exp3, "loss_softmax": LossSoftmax, "dev_gap": DevGap}
+
+
+def build_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Any:
+    """A policy from a built-in name (with `options`), a dotted path to a class of your own
+    (`package.module.Class`, built with `options`), or an object with `update` as is."""
+    if not isinstance(policy, str):
+        if not callable(getattr(policy, "update", None)):
+            raise MtlError(
+                f"loader.online.policy: {type(policy).__name__} has no update(figures, weights); "
+                f"use one of {', '.join(POLICIES)} or a class of your own"
+            )
+        return policy
+    options = dict(options or {})
+    if policy in POLICIES:
+        cls = POLICIES[policy]
+    else:
+        module, _, name = policy.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name) if module else None
+        except ImportError:
+            cls = None
+        if cls is None:
+            raise MtlError(
+                f"loader.online.policy: {policy!r} is neither {', '.join(POLICIES)} nor an "
+                "importable package.module.Class"
+            ) from None
+    try:
+        return cls(**options)
+    except TypeError as err:
+        raise MtlError(f"loader.online: {policy} does not take these options: {err}") from None
+
+
+def checked_weights(weights: Any, names: Sequence[str], step: int, policy: Any) -> np.ndarray:
+    """The policy's weights as an array in `names` order, normalised; one line naming the
+    policy, the task and the step if any is missing, negative, NaN, or all are 0."""
+    who = f"loader.online.policy {type(policy).__name__} at step {step}"
+    if not isinstance(weights, Mapping) or set(weights) != set(names):
+        raise MtlError(f"{who} returned {weights!r}; return {{task: weight}} for {list(names)}")
+    out = np.zeros(len(names))
+    for i, name in enumerate(names):
+        value = weights[name]
+        try:
+            out[i] = float(value)
+        except (TypeError, ValueError):
+            out[i] = math.nan
+        if not math.isfinite(out[i]) or out[i] < 0:
+            raise MtlError(f"{who} returned weight {value!r} for task {name!r}; give >= 0")
+    if out.sum() <= 0:
+        raise MtlError(f"{who} returned weight 0 for every task; give at least one above 0")
+    return out / out.sum()
