@@ -289,15 +289,26 @@ class OnlineMixing:
         room = np.full(len(tasks), np.inf) if caps is None else caps.astype(float)
         planned = self.plan["epoch"] == epoch
         start = np.array(self.plan["start"]) if planned else self.weights
-        order = self.loader.rng(epoch).permutation(
-            np.repeat(tasks, fill(length, start, room, epoch))
-        )
+        counts = self.spread(length, start, room, epoch)
+        order = self.loader.rng(epoch).permutation(np.repeat(tasks, counts))
         for at, index, weights in self.plan["updates"] if planned else []:
             left = room - np.bincount(order[:at], minlength=len(tasks))
-            counts = fill(length - at, np.array(weights), left, epoch)
+            counts = self.spread(length - at, np.array(weights), left, epoch)
             rng = np.random.default_rng([self.loader.seed, epoch, index])
             order[at:] = rng.permutation(np.repeat(tasks, counts))
         return order
+
+    def spread(self, steps: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
+        """`steps` split by the policy's weights `p` within each task's `room`; once the tasks
+        it weighs are all at their caps, the rest by the mixture's own weights over the others
+        (a capped task gets no more, whatever the policy says)."""
+        weighed = p > 0
+        capacity = room[weighed].sum()
+        if steps <= capacity:
+            return fill(steps, p, room, epoch)
+        counts = np.where(weighed, room, 0).astype(np.int64)
+        rest = np.where(weighed, 0.0, self.loader.mixture.weights(epoch))
+        return counts + fill(steps - int(counts.sum()), rest, room - counts, epoch)
 
     def state_dict(self) -> dict[str, Any]:
         state = getattr(self.policy, "state_dict", dict)()

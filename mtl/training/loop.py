@@ -95,7 +95,12 @@ class Training:
         self.online = getattr(run.loader, "online", None)  # `loader.online`: its own window
         self.mixing = None
         if self.online is not None:
-            self.mixing = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
+            acc = run.accelerator
+            self.mixing = Window(
+                list(run.tasks), acc.device, self.state.step + 1, acc.num_processes
+            )
+            if self.state.mixing is not None:  # resumed: the window the checkpoint held
+                self.mixing.load(self.state.mixing, acc.process_index)
         self.diagnostics = None
         if run.settings.trainer.diagnoses:
             self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
@@ -190,6 +195,8 @@ class Training:
         """Save the step's checkpoint, with the number of metrics.jsonl rows written so far."""
         run = self.run
         self.state.metrics_rows = run.logger.rows
+        if self.mixing is not None:
+            self.state.mixing = self.mixing.state(run.accelerator)
         keep = run.settings.trainer.keep_last
         save_checkpoint(run.accelerator, run.run_dir, self.state.step, keep, run.description)
         self.last_saved = time.monotonic()

@@ -26,6 +26,7 @@ class TrainState:
         self.best_step: int | None = None
         self.best: dict[str, float] = {}
         self.evals_since_best = 0
+        self.mixing: dict | None = None  # `loader.online`: the policy's window at the checkpoint
 
     def state_dict(self) -> dict:
         return {
@@ -36,6 +37,7 @@ class TrainState:
             "best_step": self.best_step,
             "best": dict(self.best),
             "evals_since_best": self.evals_since_best,
+            "mixing": self.mixing,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -45,6 +47,7 @@ class TrainState:
         self.best_step = state["best_step"]
         self.best = dict(state["best"])
         self.evals_since_best = state["evals_since_best"]
+        self.mixing = state.get("mixing")  # absent before loader.online
 
 
 class StopReason(str, Enum):

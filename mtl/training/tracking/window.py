@@ -24,8 +24,8 @@ class Window:
     and starts the next window at the step after.
     """
 
-    def __init__(self, tasks: list[str], device, first_step: int):
-        self.tasks = list(tasks)
+    def __init__(self, tasks: list[str], device, first_step: int, world: int = 1):
+        self.tasks, self.world = list(tasks), world
         self.index = {name: i for i, name in enumerate(self.tasks)}
         self.loss_sums = torch.zeros(len(self.tasks), 2, dtype=torch.float32, device=device)
         # per task, then: sequences, real tokens, padded tokens
@@ -74,6 +74,29 @@ class Window:
         self.counts = [0.0] * len(self.counts)
         self.first_step, self.started = step + 1, time.perf_counter()
         return figures
+
+    def state(self, accelerator) -> dict:
+        """Every rank's sums and counts so far, gathered (a collective: call it on every rank),
+        so that a resumed run's window holds what the stopped one's held."""
+        counts = torch.tensor([self.counts], dtype=torch.float64, device=accelerator.device)
+        return {
+            "loss_sums": accelerator.gather(self.loss_sums.reshape(1, -1)).cpu().tolist(),
+            "counts": accelerator.gather(counts).cpu().tolist(),
+            "first_step": self.first_step,
+        }
+
+    def load(self, state: dict, rank: int) -> None:
+        """This rank's part of `state` (from a launch of as many processes; of another size,
+        rank 0 takes the sums of all)."""
+        sums = torch.tensor(state["loss_sums"], dtype=torch.float32)
+        counts = torch.tensor(state["counts"], dtype=torch.float64)
+        if len(sums) != self.world:
+            sums = (sums.sum(0) if rank == 0 else sums[0] * 0).unsqueeze(0)
+            counts = (counts.sum(0) if rank == 0 else counts[0] * 0).unsqueeze(0)
+            rank = 0
+        self.loss_sums = sums[rank].reshape(self.loss_sums.shape).to(self.loss_sums.device)
+        self.counts = counts[rank].tolist()
+        self.first_step = int(state["first_step"])
 
     def task_figures(self, accelerator, step: int) -> dict[str, dict[str, float]]:
         """Per task: "rows" and, where it had any, "loss" (the mean of its micro-step losses),

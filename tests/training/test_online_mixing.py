@@ -1,0 +1,56 @@
+"""`loader.online` in training: the weights move with what the run measures, are logged as
+`mix_weight/<task>`, and a run resumed from a checkpoint ends as the run never stopped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtl.training.loop import run
+
+ONLINE = [
+    "loader=random",
+    "loader.online={policy:exp3,update_every:2,options:{exploration:0.2}}",
+    "trainer.max_steps=12",
+    "trainer.epochs=3",
+    "trainer.log_every=2",
+    "data.max_examples=96",
+]
+
+
+def mix_weights(run_dir: Path) -> list[dict[str, float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k.split("/", 1)[1]: v for k, v in r.items() if k.startswith("mix_weight/")}
+        for r in rows
+        if "loss" in r
+    ]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    last = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+    return load_file(last / "model.safetensors")
+
+
+def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_path):
+    full = tmp_path / "full"
+    run(make_cfg(*ONLINE, output_dir=full))
+    weights = mix_weights(full)
+    assert len(weights) == 6
+    tasks = sorted(weights[0])
+    assert tasks == ["synthetic_cls", "synthetic_reg", "synthetic_tag"]
+    assert all(sum(w.values()) == pytest.approx(1.0) for w in weights)
+    assert len({tuple(w[t] for t in tasks) for w in weights}) > 1  # they moved
+    part = tmp_path / "part"
+    run(make_cfg(*ONLINE, "trainer.checkpoint_every=5", "trainer.keep_last=null", output_dir=part))
+    resumed = tmp_path / "resumed"
+    checkpoint = part / "checkpoints" / "step_0000005"
+    run(make_cfg(*ONLINE, f"trainer.resume={checkpoint}", output_dir=resumed))
+    assert mix_weights(resumed)[-3:] == mix_weights(full)[-3:]
+    want, got = final_weights(full), final_weights(resumed)
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
