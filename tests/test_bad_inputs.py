@@ -178,6 +178,9 @@ CASES = [
     ),
     (["loader.stages=[{until:100000},{}]"], ["past the run's end"]),
     (["loader.max_passes=0"], ["max_passes: task", "use a number of passes > 0"]),
+    (["loader.online={policy:exp3,update_every:50}"], ["above the run's", "give at most"]),
+    (["loader.online={policy:dev_gap,update_every:2}"], ["give trainer.eval_every=<steps>"]),
+    (["loader.online={policy:exp3,update_every:0}"], ["update_every: got 0"]),
     (
         ["loader.max_passes=1", "loader.steps_per_epoch=100000", "loader.exhaust=null"],
         ["every task in play has reached its cap"],

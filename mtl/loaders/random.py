@@ -38,7 +38,8 @@ class RandomLoader(CompositeLoader):
     switch at a loader step under the fixed-length epochs (each_once, steps_per_epoch);
     `max_passes` caps a task's passes per epoch under those and cycle_to_longest (a capped task
     is drawn no more once it reaches its cap). `epochs` (the run's; training gives
-    `trainer.epochs`) is needed by what moves.
+    `trainer.epochs`) is needed by what moves. `online` ({policy, update_every, options}:
+    `mtl.loaders.online`, `OnlineMixing` below): a policy's weights, redrawn during the epoch.
 
     Random: the task sequence of epoch e is drawn up front from `np.random.default_rng([seed,
     e])`, so `len()` is exact and every process draws the same sequence. Batch order within a

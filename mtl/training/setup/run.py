@@ -20,6 +20,8 @@ from mtl.builders.tasks import build_tasks
 from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
+from mtl.errors import MtlError
+from mtl.loaders.online import DevGap
 from mtl.training.checkpoints.compatible import describe
 from mtl.training.checkpoints.resume import find_start
 from mtl.training.hooks import Hooks, ProgressBar
@@ -71,6 +73,7 @@ def build_run(settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]
     description = describe(settings, tasks, tokenizer)
     start.check(model, description)
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
+    check_online(getattr(loader, "online", None), t, total_steps)
     balancer = build_balancer(settings, tasks, loader, accelerator)
     optimizer, scheduler = build_optimizer(model, balancer, t, total_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -111,6 +114,23 @@ def build_loader(settings: Settings, tasks: dict, tokenizer, accelerator):
     )
     check_same_run(accelerator, OmegaConf.to_container(settings.config, resolve=True), loader)
     return loader
+
+
+def check_online(online, trainer, total_steps: int) -> None:
+    """`loader.online`: an update within the run, and dev figures for a policy that reads them."""
+    if online is None:
+        return
+    if online.update_every > total_steps:
+        raise MtlError(
+            f"loader.online.update_every={online.update_every} is above the run's "
+            f"{total_steps} optimizer steps, so the weights would never move; give at most "
+            f"{total_steps}"
+        )
+    if isinstance(online.policy, DevGap) and not trainer.eval_every:
+        raise MtlError(
+            "loader.online.policy=dev_gap reads the dev figures, which the run computes only at "
+            "the end; give trainer.eval_every=<steps> (at most loader.online.update_every)"
+        )
 
 
 def build_balancer(settings: Settings, tasks: dict, loader, accelerator):
