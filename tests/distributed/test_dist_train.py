@@ -514,3 +514,26 @@ def test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream(tmp_path):
     for rank in range(2):
         assert got[rank][0]["step"] == step + 1
         assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
+
+
+ONLINE = [*RESUME, "loader.online={policy:loss_softmax,update_every:1,options:{temperature:1.0}}"]
+
+
+def test_dist_online_mixing_same_weights_on_every_rank_and_exact_resume(tmp_path):
+    """loader.online on 2 processes: every rank draws the same tasks at every step (the
+    policy's figures are summed over the ranks, so its weights agree); a resume mid-epoch 1
+    continues both ranks' streams and losses as the run never stopped."""
+    ref = tmp_path / "ref"
+    launch(*ONLINE, f"hydra.run.dir={ref}", cwd=tmp_path)
+    expected = read_trace(ref)
+    assert_ranks_in_step(expected)
+    rows = [json.loads(line) for line in (ref / "metrics.jsonl").open()]
+    weights = {tuple(v for k, v in sorted(r.items()) if k.startswith("mix_weight/")) for r in rows}
+    assert len(weights - {()}) > 1  # the weights moved
+    step = resume_points(expected[0])["mid-epoch 1"]
+    out = tmp_path / "resumed"
+    launch(*ONLINE, f"trainer.resume={checkpoint(ref, step)}", f"hydra.run.dir={out}", cwd=tmp_path)
+    got = read_trace(out)
+    for rank in range(2):
+        assert got[rank][0]["step"] == step + 1
+        assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
