@@ -263,6 +263,7 @@ class OnlineMixing:
         self.weights = loader.mixture.weights(0)
         self.updates = 0
         self.plan: dict[str, Any] = {"epoch": -1, "start": [], "updates": []}
+        self.drawn: tuple | None = None  # (epoch, its steps, updates applied) under way
 
     def options(self) -> dict[str, Any]:
         return {"policy": self.name or type(self.policy).__name__, "every": self.update_every}
@@ -271,6 +272,7 @@ class OnlineMixing:
         """An iteration starts `epoch`: a new plan from the latest weights (kept on resume)."""
         if self.plan["epoch"] != epoch:
             self.plan = {"epoch": epoch, "start": self.weights.tolist(), "updates": []}
+            self.drawn = None
             self.loader.replan(epoch)
 
     def update(self, figures: Mapping, step: int) -> None:
@@ -281,23 +283,45 @@ class OnlineMixing:
         self.updates += 1
         epoch, at = self.loader.position
         if self.plan["epoch"] == epoch and 0 < at < self.loader.fixed_length:
-            self.plan["updates"].append([at, self.updates, self.weights.tolist()])
+            event = [at, self.updates, self.weights.tolist()]
+            self.plan["updates"].append(event)
+            if self.drawn is not None and self.drawn[0] == epoch:  # redraw the rest in place
+                self.redraw(self.drawn[1], *event, epoch)
+                self.drawn = (epoch, self.drawn[1], len(self.plan["updates"]))
             self.loader.replan(epoch)
 
     def schedule(self, epoch: int) -> np.ndarray:
-        length, tasks = self.loader.fixed_length, np.arange(len(self.loader.names))
-        caps = self.loader.mixture.caps
-        room = np.full(len(tasks), np.inf) if caps is None else caps.astype(float)
+        """The epoch's steps: from the plan's start weights, then each update's redraw of the
+        rest (kept for the epoch under way, so that an update costs one redraw)."""
         planned = self.plan["epoch"] == epoch
+        if (
+            planned
+            and self.drawn is not None
+            and self.drawn[::2] == (epoch, len(self.plan["updates"]))
+        ):
+            return self.drawn[1]
+        length, tasks = self.loader.fixed_length, np.arange(len(self.loader.names))
         start = np.array(self.plan["start"]) if planned else self.weights
-        counts = self.spread(length, start, room, epoch)
+        counts = self.spread(length, start, self.room(), epoch)
         order = self.loader.rng(epoch).permutation(np.repeat(tasks, counts))
-        for at, index, weights in self.plan["updates"] if planned else []:
-            left = room - np.bincount(order[:at], minlength=len(tasks))
-            counts = self.spread(length - at, np.array(weights), left, epoch)
-            rng = np.random.default_rng([self.loader.seed, epoch, index])
-            order[at:] = rng.permutation(np.repeat(tasks, counts))
+        if not planned:
+            return order
+        for event in self.plan["updates"]:
+            self.redraw(order, *event, epoch)
+        self.drawn = (epoch, order, len(self.plan["updates"]))
         return order
+
+    def room(self) -> np.ndarray:
+        caps = self.loader.mixture.caps
+        return np.full(len(self.loader.names), np.inf) if caps is None else caps.astype(float)
+
+    def redraw(self, order: np.ndarray, at: int, index: int, weights: list, epoch: int) -> None:
+        """Steps `at`.. of `order` drawn again from `weights` (rng of seed, epoch, `index`)."""
+        tasks = np.arange(len(self.loader.names))
+        left = self.room() - np.bincount(order[:at], minlength=len(tasks))
+        counts = self.spread(len(order) - at, np.array(weights), left, epoch)
+        rng = np.random.default_rng([self.loader.seed, epoch, index])
+        order[at:] = rng.permutation(np.repeat(tasks, counts))
 
     def spread(self, steps: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
         """`steps` split by the policy's weights `p` within each task's `room`; once the tasks
@@ -324,4 +348,5 @@ class OnlineMixing:
                      "updates": [list(u) for u in plan["updates"]]}  # fmt: skip
         if callable(getattr(self.policy, "load_state_dict", None)):
             self.policy.load_state_dict(state["policy"])
+        self.drawn = None
         self.loader.replan(self.plan["epoch"])
