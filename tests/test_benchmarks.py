@@ -27,6 +27,7 @@ BENCHMARKS = {
     "bench_balancers.py": "balancers",
     "bench_families.py": "families",
     "bench_mixtures.py": "mixtures",
+    "bench_online.py": "online",
     "bench_startup.py": "startup",
 }
 
