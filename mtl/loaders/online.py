@@ -9,7 +9,8 @@ them (`RandomLoader`), so `len()` stays exact and a capped task still gets no mo
 
 A policy is any object with `update(figures, weights) -> {task: weight}` (`weights`: the ones
 in force, normalised); `state_dict()`/`load_state_dict()` where it keeps state, which the
-checkpoint holds. Built in:
+checkpoint holds; `shown() -> {task: number}` where it has a figure per task to log
+(`mix_policy/<task>`). Built in:
 
 - `exp3` (online data mixing, Albalak et al. 2023): an EXP3 bandit whose reward is each task's
   training loss. Per update t (1, 2, ...): for each task i with a loss, `R_i <- smoothing * R_i +
@@ -81,6 +82,10 @@ class Exp3:
         soft /= soft.sum()
         return {n: float((1 - k * eps) * s + eps) for n, s in zip(names, soft, strict=True)}
 
+    def shown(self) -> dict[str, float]:
+        """Logged as `mix_policy/<task>`: each task's smoothed reward."""
+        return dict(self.rewards)
+
     def state_dict(self) -> dict[str, Any]:
         return {"rewards": dict(self.rewards), "updates": self.updates}
 
@@ -108,6 +113,10 @@ class LossSoftmax:
         soft = np.exp(scores - scores.max())
         return {n: float(s) for n, s in zip(weights, soft / soft.sum(), strict=True)}
 
+    def shown(self) -> dict[str, float]:
+        """Logged as `mix_policy/<task>`: each task's latest training loss."""
+        return dict(self.losses)
+
     def state_dict(self) -> dict[str, Any]:
         return {"losses": dict(self.losses)}
 
@@ -122,6 +131,7 @@ class DevGap:
         self.target = {str(n): float(v) for n, v in (target or {}).items()}
         self.floor = _positive(floor, "floor")
         self.best: dict[str, float] = {}
+        self.gaps: dict[str, float] = {}
 
     def check_tasks(self, names: Sequence[str]) -> None:
         unknown = sorted(set(self.target) - set(names))
@@ -144,8 +154,13 @@ class DevGap:
                 continue
             target = self.target.get(name, self.best[name])
             gaps[name] = max(target - devs[name], 0.0)
+        self.gaps = gaps
         total = sum(gaps.values()) + self.floor * len(gaps)
         return {n: (g + self.floor) / total for n, g in gaps.items()}
+
+    def shown(self) -> dict[str, float]:
+        """Logged as `mix_policy/<task>`: each task's gap at the latest update."""
+        return dict(self.gaps)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": dict(self.best)}

@@ -207,6 +207,9 @@ class Training:
         target = run.loader.target_shares()
         figures = self.window.figures(run.accelerator, step, self.state.share_totals, target)
         figures |= {f"mix_weight/{t}": w for t, w in run.loader.mix_weights().items()}
+        shown = getattr(getattr(self.online, "policy", None), "shown", None)
+        if callable(shown):
+            figures |= {f"mix_policy/{t}": float(v) for t, v in shown().items()}
         figures["lr"] = run.scheduler.get_last_lr()[0]
         figures["epoch"] = self.state.epoch
         run.logger.log(figures, step=step)

@@ -45,6 +45,10 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     assert tasks == ["synthetic_cls", "synthetic_reg", "synthetic_tag"]
     assert all(sum(w.values()) == pytest.approx(1.0) for w in weights)
     assert len({tuple(w[t] for t in tasks) for w in weights}) > 1  # they moved
+    rows = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
+    rewards = [{t: r.get(f"mix_policy/{t}") for t in tasks} for r in rows if "loss" in r]
+    assert all(v > 0 for v in rewards[-1].values())  # exp3's smoothed rewards, logged
+    assert rewards[-1] != rewards[-2]
     part = tmp_path / "part"
     run(make_cfg(*ONLINE, "trainer.checkpoint_every=5", "trainer.keep_last=null", output_dir=part))
     resumed = tmp_path / "resumed"
