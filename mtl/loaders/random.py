@@ -107,8 +107,10 @@ class RandomLoader(CompositeLoader):
         return None
 
     def options(self) -> dict[str, Any]:
-        online = None if self.online is None else self.online.options()
-        return {**super().options(), **self.mixture.options(), "online": online}
+        options = {**super().options(), **self.mixture.options()}
+        if self.online is not None:  # absent otherwise: older checkpoints resume as they were
+            options["online"] = self.online.options()
+        return options
 
     def mix_weights(self) -> dict[str, float]:
         """The weights of the step last drawn (of the first step before any); with

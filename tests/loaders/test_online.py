@@ -221,3 +221,14 @@ def test_bad_online_options_are_one_line(options, says):
     with pytest.raises(MtlError) as err:
         RandomLoader({"a": range(4), "b": range(3)}, **options)
     assert says in str(err.value)
+
+
+def test_a_static_loaders_state_is_as_before_online_mixing_existed():
+    """Checkpoints saved before `loader.online` hold loader options without it: a static
+    loader's options and state keep that shape, so those checkpoints still resume."""
+    state = RandomLoader({"a": range(4), "b": range(3)}, seed=2).state_dict()
+    assert set(state) == {"options", "epoch", "step", "tasks", "stats"}
+    assert set(state["options"]) == {
+        "loader", "seed", "exhaust", "steps_per_epoch", "weighting", "temperature",
+        "temperature_end", "shape", "size_cap", "stages", "max_passes",
+    }  # fmt: skip
