@@ -10,7 +10,8 @@ them (`RandomLoader`), so `len()` stays exact and a capped task still gets no mo
 A policy is any object with `update(figures, weights) -> {task: weight}` (`weights`: the ones
 in force, normalised); `state_dict()`/`load_state_dict()` where it keeps state, which the
 checkpoint holds; `shown() -> {task: number}` where it has a figure per task to log
-(`mix_policy/<task>`). Built in:
+(`mix_policy/<task>`); `reads_dev = True` where it reads "dev" (the run must then evaluate
+during training). Built in:
 
 - `exp3` (online data mixing, Albalak et al. 2023): an EXP3 bandit whose reward is each task's
   training loss. Per update t (1, 2, ...): for each task i with a loss, `R_i <- smoothing * R_i +
@@ -47,6 +48,11 @@ def _positive(value: Any, key: str, *, zero: bool = False) -> float:
     return float(value)
 
 
+def softmax(scores: np.ndarray) -> np.ndarray:
+    soft = np.exp(scores - scores.max())
+    return soft / soft.sum()
+
+
 class Exp3:
     """EXP3 over the tasks, rewarded by their training losses (see the module docstring)."""
 
@@ -77,9 +83,7 @@ class Exp3:
             raise MtlError(
                 f"loader.online.exploration: got {eps}; with {k} tasks give at most 1/{k}"
             )
-        scores = np.array([eps * self.rewards.get(n, 0.0) for n in names])
-        soft = np.exp(scores - scores.max())
-        soft /= soft.sum()
+        soft = softmax(np.array([eps * self.rewards.get(n, 0.0) for n in names]))
         return {n: float((1 - k * eps) * s + eps) for n, s in zip(names, soft, strict=True)}
 
     def shown(self) -> dict[str, float]:
@@ -109,9 +113,8 @@ class LossSoftmax:
         if not self.losses:
             return dict(weights)
         fill = float(np.mean(list(self.losses.values())))  # a task not seen yet: the mean
-        scores = np.array([self.losses.get(n, fill) / self.temperature for n in weights])
-        soft = np.exp(scores - scores.max())
-        return {n: float(s) for n, s in zip(weights, soft / soft.sum(), strict=True)}
+        soft = softmax(np.array([self.losses.get(n, fill) / self.temperature for n in weights]))
+        return {n: float(s) for n, s in zip(weights, soft, strict=True)}
 
     def shown(self) -> dict[str, float]:
         """Logged as `mix_policy/<task>`: each task's latest training loss."""
@@ -126,6 +129,8 @@ class LossSoftmax:
 
 class DevGap:
     """`w_i ~ max(target_i - dev_i, 0) + floor` (target: given, or the task's best so far)."""
+
+    reads_dev = True  # the run must evaluate during training (trainer.eval_every)
 
     def __init__(self, target: Mapping[str, float] | None = None, floor: float = 0.05):
         self.target = {str(n): float(v) for n, v in (target or {}).items()}
@@ -163,10 +168,11 @@ class DevGap:
         return dict(self.gaps)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": dict(self.best)}
+        return {"best": dict(self.best), "gaps": dict(self.gaps)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best = {n: float(v) for n, v in state["best"].items()}
+        self.gaps = {n: float(v) for n, v in state.get("gaps", {}).items()}  # logged only
 
 
 POLICIES = {"exp3": Exp3, "loss_softmax": LossSoftmax, "dev_gap": DevGap}

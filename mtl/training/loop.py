@@ -142,11 +142,12 @@ class Training:
         """Forward and backward of one batch (`mtl.training.step`); the last of an accumulation
         group (`sync`) synchronises the gradients."""
         self.window.add_batch(batch)
+        if self.mixing is not None:
+            self.mixing.add_batch(batch)  # from the host tensors, as the logged window
         batch = to_device(batch, self.run.accelerator.device)
         task_losses, loss = self.step.micro_step(batch, sync, group)
         self.window.add_losses(task_losses)
         if self.mixing is not None:
-            self.mixing.add_batch(batch)
             self.mixing.add_losses(task_losses)
         self.hooks.call("on_micro_step", self.run, self.progress, batch, loss)
 
@@ -207,7 +208,7 @@ class Training:
         target = run.loader.target_shares()
         figures = self.window.figures(run.accelerator, step, self.state.share_totals, target)
         figures |= {f"mix_weight/{t}": w for t, w in run.loader.mix_weights().items()}
-        shown = getattr(getattr(self.online, "policy", None), "shown", None)
+        shown = getattr(self.online.policy, "shown", None) if self.online is not None else None
         if callable(shown):
             figures |= {f"mix_policy/{t}": float(v) for t, v in shown().items()}
         figures["lr"] = run.scheduler.get_last_lr()[0]

@@ -69,6 +69,9 @@ def test_dev_gap_by_hand():
     assert [w["a"], w["b"]] == pytest.approx([0.4 / 0.5, 0.1 / 0.5])
     w = policy.update({"a": {"dev": 0.9}, "b": {"dev": 0.3}}, w)  # b fell 0.1 below its best
     assert [w["a"], w["b"]] == pytest.approx([0.1 / 0.3, 0.2 / 0.3])
+    resumed = DevGap(target={"a": 0.9}, floor=0.1)
+    resumed.load_state_dict(policy.state_dict())  # the best figures and the logged gaps
+    assert resumed.shown() == policy.shown() == pytest.approx({"a": 0.0, "b": 0.1})
     with pytest.raises(MtlError, match="names 'c', not a task of this run"):
         DevGap(target={"c": 1.0}).check_tasks(["a", "b"])
 

@@ -21,7 +21,6 @@ from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
 from mtl.errors import MtlError
-from mtl.loaders.online import DevGap
 from mtl.training.checkpoints.compatible import describe
 from mtl.training.checkpoints.resume import find_start
 from mtl.training.hooks import Hooks, ProgressBar
@@ -126,10 +125,11 @@ def check_online(online, trainer, total_steps: int) -> None:
             f"{total_steps} optimizer steps, so the weights would never move; give at most "
             f"{total_steps}"
         )
-    if isinstance(online.policy, DevGap) and not trainer.eval_every:
+    if getattr(online.policy, "reads_dev", False) and not trainer.eval_every:
         raise MtlError(
-            "loader.online.policy=dev_gap reads the dev figures, which the run computes only at "
-            "the end; give trainer.eval_every=<steps> (at most loader.online.update_every)"
+            f"loader.online.policy={online.options()['policy']} reads the dev figures, which the "
+            "run computes only at the end; give trainer.eval_every=<steps> (at most "
+            "loader.online.update_every)"
         )
 
 

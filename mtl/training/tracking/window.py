@@ -56,8 +56,7 @@ class Window:
         over the processes; then the next window starts. A NaN/inf loss is reported with its task
         and rank, on every rank at the same step."""
         figures = self.losses(accelerator, step)
-        counted = torch.tensor(self.counts, dtype=torch.float64, device=accelerator.device)
-        window = accelerator.reduce(counted, reduction="sum").cpu()
+        window, seconds = self.close(accelerator, step)
         rows = window[: len(self.tasks)]
         share_totals += rows
         for i, name in enumerate(self.tasks):
@@ -68,12 +67,19 @@ class Window:
             if name in target:
                 figures[f"share_target/{name}"] = float(target[name])
         figures["padding_efficiency"] = float(window[-2] / window[-1].clamp(min=1))
-        seconds = max(time.perf_counter() - self.started, 1e-9)
         figures["tokens_per_s"] = float(window[-2]) / seconds
         figures["examples_per_s"] = float(window[-3]) / seconds
+        return figures
+
+    def close(self, accelerator, step: int) -> tuple[torch.Tensor, float]:
+        """The window's counts summed over the processes and its seconds; the next window
+        starts at the step after `step`."""
+        counted = torch.tensor(self.counts, dtype=torch.float64, device=accelerator.device)
+        window = accelerator.reduce(counted, reduction="sum").cpu()
+        seconds = max(time.perf_counter() - self.started, 1e-9)
         self.counts = [0.0] * len(self.counts)
         self.first_step, self.started = step + 1, time.perf_counter()
-        return figures
+        return window, seconds
 
     def state(self, accelerator) -> dict:
         """Every rank's sums and counts so far, gathered (a collective: call it on every rank),
@@ -102,10 +108,7 @@ class Window:
         """Per task: "rows" and, where it had any, "loss" (the mean of its micro-step losses),
         summed over the processes (the same on every rank); then the next window starts."""
         losses = self.losses(accelerator, step)
-        counted = torch.tensor(self.counts, dtype=torch.float64, device=accelerator.device)
-        rows = accelerator.reduce(counted, reduction="sum").cpu()
-        self.counts = [0.0] * len(self.counts)
-        self.first_step, self.started = step + 1, time.perf_counter()
+        rows, _ = self.close(accelerator, step)
         figures: dict[str, dict[str, float]] = {}
         for i, name in enumerate(self.tasks):
             figures[name] = {"rows": float(rows[i])}
