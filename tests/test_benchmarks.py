@@ -1,13 +1,22 @@
 """Every benchmark runs on tiny inputs (`--quick`), names its peer and ends with its JSON line;
-each uses the one harness and none imports another."""
+each uses the one harness and none imports another.
+
+A benchmark runs in the test's own process (as `python script --quick` would, through runpy)
+unless what it measures is a process: start-up, peak memory, or runs side by side in processes of
+their own (OWN_PROCESS). A new process would cost each ~5 s of imports."""
 
 import ast
+import contextlib
+import io
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from accelerate.state import AcceleratorState
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCHMARKS = {
@@ -36,19 +45,49 @@ def run_quick(script: str, *args: str) -> dict:
     return json.loads(quick_output(script, *args)[-1])
 
 
+# What these measure is a process (start-up, peak memory) or they run tools side by side in
+# processes of their own: they run as a user runs them.
+OWN_PROCESS = {
+    "bench_startup.py",
+    "bench_host_memory.py",
+    "bench_mixup_memory.py",
+    "bench_balancers.py",
+    "bench_vs_trainer.py",
+}
+
+
 def quick_output(script: str, *args: str) -> list[str]:
     """The lines `script --quick` prints: a table, then its JSON line."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH_DIR / script), "--quick", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
+    argv = [str(BENCH_DIR / script), "--quick", *args]
+    if script in OWN_PROCESS:
+        done = subprocess.run(
+            [sys.executable, *argv], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = done.stdout
+    else:
+        out = run_here(argv)
+    lines = out.strip().splitlines()
     assert len(lines) > 2  # a table before the JSON line
     return lines
+
+
+def run_here(argv: list[str]) -> str:
+    """`python *argv` in this process: its stdout; torch's threads, `sys.argv`, `sys.path` and
+    accelerate's process-wide state as they were after."""
+    saved = sys.argv, list(sys.path), torch.get_num_threads()
+    sys.argv, out = argv, io.StringIO()
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as stop:
+        assert stop.code in (None, 0), f"{argv[0]} exited with {stop.code}"
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        torch.set_num_threads(saved[2])
+        AcceleratorState._reset_state(reset_partial_state=True)
+    return out.getvalue()
 
 
 # Benchmarks whose own test below runs them (and checks their JSON line's name there too).
@@ -137,7 +176,7 @@ def test_train_speed_runs_both_samplers_and_writes_its_plot(tmp_path):
     assert png.is_file()
 
 
-@pytest.mark.slow  # the benchmark script trains in a process of its own
+@pytest.mark.slow
 def test_train_speed_compares_any_two_samplers_with_options():
     figures = run_quick(
         "bench_train_speed.py", "--samplers", "block_shuffle", "token_budget:max_tokens=400"
