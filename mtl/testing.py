@@ -256,14 +256,29 @@ def _steps(loader: Any, log: list, limit: int | None = None) -> list[tuple[Step,
         return steps
     mark = len(log)
     for batch in loader:
-        taken = {}
-        for entry in log[mark:]:  # the last batch per task: the ones before were skipped
-            taken[entry[0]] = entry
+        taken: dict[str, list] = {}
+        for entry in log[mark:]:
+            taken.setdefault(entry[0], []).append(entry)
         mark = len(log)
-        steps.append((tuple(taken.values()), batch))
+        # Per task, the batches the step takes (the last ones: those before were skipped).
+        counts = _step_counts(loader)
+        read = [e for name, entries in taken.items() for e in entries[-counts.get(name, 1) :]]
+        steps.append((tuple(read), batch))
         if len(steps) == limit:
             break
     return steps
+
+
+def _step_counts(loader: Any) -> dict[str, int]:
+    """Task -> batches the step just yielded takes, where a 2-D schedule gives counts (a
+    weighted mixup); otherwise one a task."""
+    schedule, (epoch, step) = getattr(loader, "schedule", None), loader.position
+    if schedule is None or step == 0:
+        return {}
+    row = schedule(epoch)[step - 1]
+    if np.ndim(row) == 0 or row.dtype == bool:
+        return {}
+    return {name: int(n) for name, n in zip(loader.names, row, strict=True) if n}
 
 
 def _check_epochs(

@@ -9,7 +9,7 @@ and `docs/extending.md` to write your own. May import `mtl.errors`, `mtl.artifac
 from mtl.loaders.base import CompositeLoader
 from mtl.loaders.dry_run import dry_run
 from mtl.loaders.mixup import MixupLoader
-from mtl.loaders.random import RandomLoader
+from mtl.loaders.random import RandomLoader, WeightedLoader
 from mtl.loaders.round_robin import RoundRobinLoader
 from mtl.loaders.sequential import SequentialLoader
 
@@ -19,5 +19,6 @@ __all__ = [
     "RandomLoader",
     "RoundRobinLoader",
     "SequentialLoader",
+    "WeightedLoader",
     "dry_run",
 ]

@@ -128,10 +128,11 @@ class CompositeLoader:
     """Base class: one batch per step from a fixed, seeded schedule over several task loaders.
 
     A subclass implements `build_schedule(epoch)`: a 1-D array of task indices (one task per
-    step), or a 2-D bool array [step, task] (several tasks per step, merged by `combine`, which
-    such a subclass implements). It may set `exhaust_choices` (the first is the default) and
-    extend `options()`. Everything else comes from here: exact `len()`, `state_dict`/resume,
-    per-task passes with a fresh shuffle each, per-task `stats` and `target_shares()`.
+    step), or a 2-D array [step, task], bool or counts of batches (several tasks per step,
+    merged by `combine`, which such a subclass implements). It may set `exhaust_choices` (the
+    first is the default) and extend `options()`. Everything else comes from here: exact
+    `len()`, `state_dict`/resume, per-task passes with a fresh shuffle each, per-task `stats`
+    and `target_shares()`.
 
     - `loaders`: task name -> loader with `len()` (batches per pass) > 0, in a fixed order.
     - `seed`: seeds every random choice, together with the epoch (never the global RNG).
@@ -356,18 +357,23 @@ class CompositeLoader:
                         break
         else:
             combine = self.combine
-            for tasks in _step_tasks(schedule[start:]):
-                batches = [(t, next_batch[t]()) for t in tasks]
-                batch = combine(epoch, step, batches)
-                for t, task_batch in batches:
-                    examples, tokens = count_batch(task_batch)
-                    tally = tallies[t]
-                    tally[0] += 1
-                    tally[1] += examples
-                    tally[2] += tokens
-                step += 1
-                self._step = step
-                yield batch
+            while step < len(schedule):
+                replans = self._replans
+                for tasks in _step_tasks(schedule[step:]):
+                    batches = [(t, next_batch[t]()) for t in tasks]
+                    batch = combine(epoch, step, batches)
+                    for t, task_batch in batches:
+                        examples, tokens = count_batch(task_batch)
+                        tally = tallies[t]
+                        tally[0] += 1
+                        tally[1] += examples
+                        tally[2] += tokens
+                    step += 1
+                    self._step = step
+                    yield batch
+                    if self._replans != replans:  # the rest of the epoch was drawn again
+                        schedule = self.schedule(epoch)
+                        break
         self._carry = [stream.cursor for stream in self._streams]
         self._epoch, self._step = epoch + 1, 0
 
@@ -416,9 +422,11 @@ class CompositeLoader:
 
 
 def _step_tasks(rows: np.ndarray) -> list[list[int]]:
-    """Per step of a 2-D schedule: its task indices (computed once per distinct row)."""
+    """Per step of a 2-D schedule: its task indices, a task given n batches n times (computed
+    once per distinct row)."""
     if len(rows) == 0:
         return []
     kinds, which = np.unique(rows, axis=0, return_inverse=True)  # few distinct rows
-    tasks = [np.flatnonzero(kind).tolist() for kind in kinds]
+    numbers = np.arange(rows.shape[1])
+    tasks = [np.repeat(numbers, kind.astype(np.int64)).tolist() for kind in kinds]
     return [tasks[k] for k in which.reshape(-1).tolist()]

@@ -252,18 +252,23 @@ class Mixture:
 
     # -- counts -------------------------------------------------------------------------------
 
-    def counts(self, length: int, epoch: int) -> list[np.ndarray]:
+    def counts(
+        self, length: int, epoch: int, per_step: int = 1, slots: int | None = None
+    ) -> list[np.ndarray]:
         """Batch counts per task for each stretch of epoch `epoch` (of `length` steps) that has
-        one mixture, in order: the stretch's steps split by its weights, each task within its
-        cap for the epoch (the mass of a capped task goes to the others)."""
+        one mixture, in order: the stretch's batches (`per_step` a step; `slots` in the epoch,
+        the last step holding what is left) split by its weights, each task within its cap
+        for the epoch (the mass of a capped task goes to the others)."""
         ends = self.boundaries(length if self.stages else None)
         start, stop = epoch * length, (epoch + 1) * length
         cuts = [start, *(e for e in ends if start < e < stop), stop]
+        slots = length * per_step if slots is None else slots
         left = np.full(len(self.names), np.inf) if self.caps is None else self.caps.copy()
         stretches = []
         for a, b in zip(cuts, cuts[1:], strict=False):
             p = self.weights(epoch, a - start, length)
-            counts = fill(b - a, p, left, epoch)
+            size = min((b - start) * per_step, slots) - (a - start) * per_step
+            counts = fill(size, p, left, epoch)
             left -= counts
             stretches.append(counts)
         return stretches

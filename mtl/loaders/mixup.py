@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mtl.errors import MtlError
-from mtl.loaders.base import CompositeLoader
+from mtl.loaders.mixture import Mixture, fill
+from mtl.loaders.random import OnlineMixing, WeightedLoader
 
 
 def _pad_to(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
@@ -18,8 +19,9 @@ def _pad_to(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
     return F.pad(x, (0, length - x.shape[1]), value=value)
 
 
-class MixupLoader(CompositeLoader):
-    """Each step takes one batch of every active task and merges them into one batch.
+class MixupLoader(WeightedLoader):
+    """Each step takes one batch of every active task (or, given a `weighting`, task batches
+    split by the weights) and merges them into one batch.
 
     Merging: every task batch is right-padded to the longest sequence of the step
     (`input_ids` with `pad_token_id`, `attention_mask` and `token_type_ids` with 0, token
@@ -51,10 +53,26 @@ class MixupLoader(CompositeLoader):
     - `steps_per_epoch=N`: N steps, every task in every step; tasks restart a pass whenever they
       run out and continue across epochs.
 
+    Weighted (`weighting`, as `RandomLoader`'s: proportional, uniform, temperature, annealed,
+    `{task: weight}`, `temperature_end`, `stages` by loader step, `max_passes` caps, `online`;
+    any of these options without a `weighting` weighs from proportional):
+    each step takes `batches_per_step` task batches (default: one per task, so a step is as
+    large as an unweighted one) and the weights split them. Each stretch of steps with one
+    mixture has its batches counted by the weights (largest remainders, caps kept), and every
+    full step holds each task's average per step rounded down or up (`arrange`), so a step's
+    rows follow the weights to within one batch of each task. A task may give two batches to
+    one step; they are joined into one task batch (padded to the longer). One epoch:
+    `exhaust="each_once"` (default), `sum(n_t)` task batches (tasks whose weight is always 0
+    left out; with proportional weights every batch of every task once) in
+    `ceil(sum(n_t) / batches_per_step)` steps, the last holding what is left; or
+    `steps_per_epoch=N` steps of `batches_per_step` each. Batches, not rows, are the unit: a
+    sampler's batches (sorted by length, or by a token budget) are kept whole.
+
     Random: only the interleaving, from `np.random.default_rng([seed, epoch, step])`, the same on
-    every process and on resume. Batch order within a task comes from its sampler, which gets
-    `set_epoch(pass)` for every new pass. `target_shares()` are shares of rows, estimated from
-    each task's mean batch size `len(dataset) / len(loader)` (1 where a loader has no dataset).
+    every process and on resume (weighted: the layout of each stretch too, from `rng([seed,
+    epoch])`). Batch order within a task comes from its sampler, which gets `set_epoch(pass)`
+    for every new pass. `target_shares()` are shares of rows, estimated from each task's mean
+    batch size `len(dataset) / len(loader)` (1 where a loader has no dataset).
     """
 
     exhaust_choices = ("cycle_to_longest", "each_once", "first")
@@ -67,18 +85,106 @@ class MixupLoader(CompositeLoader):
         exhaust: str | None = None,
         steps_per_epoch: int | None = None,
         pad_token_id: int = 0,
+        weighting: str | Mapping[str, float] | None = None,
+        batches_per_step: int | None = None,
+        temperature: float = 2.0,
+        temperature_end: float | None = None,
+        shape: str = "linear",
+        size_cap: int | None = None,
+        stages: list | None = None,
+        max_passes: float | Mapping[str, float] | None = None,
+        epochs: int | None = None,
+        online: Mapping[str, Any] | None = None,
     ) -> None:
+        weighted = (batches_per_step, temperature_end, size_cap, stages, max_passes, online)
+        if weighting is None and any(option is not None for option in weighted):
+            weighting = "proportional"  # an option of the weighted mixup: from proportional
+        if weighting is not None and exhaust is None and steps_per_epoch is None:
+            exhaust = "each_once"
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
         if not isinstance(pad_token_id, (int, np.integer)) or isinstance(pad_token_id, bool):
             raise MtlError(f"pad_token_id: got {pad_token_id!r}; use an integer token id")
         self.pad_token_id = int(pad_token_id)
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, list]] = {}
+        if weighting is not None:
+            self._weigh(weighting, batches_per_step, online, temperature=temperature,
+                        temperature_end=temperature_end, shape=shape, size_cap=size_cap,
+                        stages=stages, max_passes=max_passes, epochs=epochs)  # fmt: skip
+
+    def _weigh(self, weighting: Any, per_step: Any, online: Any, **mixture: Any) -> None:
+        """A weighted mixup: its mixture, `batches_per_step` and `loader.online`."""
+        if self.steps_per_epoch is None and self.exhaust != "each_once":
+            raise MtlError(
+                f"loader.exhaust={self.exhaust}: a weighted mixup has epochs of a fixed number "
+                "of steps; use exhaust=each_once or steps_per_epoch"
+            )
+        per_step = len(self.names) if per_step is None else per_step
+        whole = isinstance(per_step, (int, np.integer)) and not isinstance(per_step, bool)
+        if not whole or per_step < 1:
+            raise MtlError(
+                f"loader.batches_per_step: got {per_step!r}; give an integer >= 1 (null: one "
+                "per task)"
+            )
+        self.per_step = int(per_step)
+        self.mixture = Mixture(self.names, self.sizes, weighting=weighting, **mixture)
+        self.mixture.boundaries(self.fixed_length if mixture["stages"] else None)  # one line
+        self.online = None if online is None else OnlineMixing(self, online)
+
+    @property
+    def fixed_length(self) -> int | None:
+        """Steps of every epoch of a weighted mixup (each_once: the batches in play shared out
+        `batches_per_step` a step, the last step what is left; or steps_per_epoch); None
+        unweighted."""
+        if self.mixture is None:
+            return None
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch
+        return -(-self.slots // self.per_step)
+
+    @property
+    def slots(self) -> int:
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch * self.per_step
+        return int(self.sizes[self.mixture.in_play()].sum())
 
     def options(self) -> dict[str, Any]:
-        return {**super().options(), "pad_token_id": self.pad_token_id}
+        options = {**super().options(), "pad_token_id": self.pad_token_id}
+        if self.mixture is not None:
+            options["batches_per_step"] = self.per_step
+        return options
+
+    def arrange(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Slots of `counts[t]` batches of each task t, `per_step` a step (the last step what
+        is left), every task's batches in each full step the floor or the ceiling of its
+        average per step: task t gives `C_t // n` to each of the n full steps, and its `C_t % n`
+        remaining batches to steps spread over the stretch (one each, in a golden-ratio order of
+        the steps from a random phase, the tasks in a random order: `rng`)."""
+        k, total = self.per_step, int(counts.sum())
+        n, tasks = total // k, np.arange(len(counts))
+        last = fill(total - n * k, counts / max(total, 1), counts.astype(float), 0)
+        full = counts - last  # n * k batches
+        if n == 0:
+            return np.repeat(tasks, last)
+        each, extra = full // n, full % n
+        grid = np.tile(each, (n, 1))
+        order = rng.permutation(len(counts))
+        picks = np.repeat(order, extra[order])  # (k - sum(each)) * n: one a task and step
+        spread = np.argsort((np.arange(n) * 0.6180339887498949 + rng.random()) % 1.0)
+        np.add.at(grid, (spread[np.arange(len(picks)) % n], picks), 1)
+        rows = np.vstack([grid, last[None, :]]) if last.any() else grid
+        return np.repeat(np.tile(tasks, len(rows)), rows.ravel())
+
+    def by_step(self, slots: np.ndarray) -> np.ndarray:
+        """Int [step, task]: the batches of each task at each step."""
+        steps = np.zeros((-(-len(slots) // self.per_step), len(self.names)), dtype=np.int64)
+        np.add.at(steps, (np.arange(len(slots)) // self.per_step, slots), 1)
+        return steps
 
     def build_schedule(self, epoch: int) -> np.ndarray:
-        """Bool [step, task]: which tasks give a batch at each step."""
+        """[step, task]: which tasks give a batch at each step (bool), or how many (int, with a
+        weighting)."""
+        if self.mixture is not None:
+            return self.planned(epoch)
         if self.steps_per_epoch is not None:
             steps = self.steps_per_epoch
         else:
@@ -104,6 +210,8 @@ class MixupLoader(CompositeLoader):
                     f"task {self.names[t]!r}: mixup needs dict batches with 'input_ids', "
                     "'attention_mask' and 'labels'"
                 )
+        if len({t for t, _ in batches}) < len(batches):  # a weighted step: a task's batches
+            batches = self._joined(batches)
         ids = [batch["input_ids"] for _, batch in batches]
         sizes = tuple(x.shape[0] for x in ids)
         length = max(x.shape[1] for x in ids)
@@ -134,7 +242,7 @@ class MixupLoader(CompositeLoader):
             labels = batch["labels"]
             # Token labels (one per position, as wide as the task's input_ids) are padded to
             # the merged length; other 2-D labels (multi-hot rows [B, K]) are kept as they are.
-            if labels.ndim == 2 and labels.shape[1] == batch["input_ids"].shape[1]:
+            if _per_token(batch):
                 labels = _pad_to(labels, length, -100)
             out["labels"][self.names[t]] = labels
         if all("example_ids" in batch for _, batch in batches):
@@ -143,6 +251,35 @@ class MixupLoader(CompositeLoader):
         if all("num_tokens" in batch for _, batch in batches):
             out["num_tokens"] = sum(batch["num_tokens"] for _, batch in batches)
         return out
+
+    def _joined(self, batches: list[tuple[int, Any]]) -> list[tuple[int, dict[str, Any]]]:
+        """The batches of each task (in task order) joined into one: rows concatenated, the
+        2-D keys and token labels right-padded to the longest of them."""
+        by_task: dict[int, list] = {}
+        for t, batch in batches:
+            by_task.setdefault(t, []).append(batch)
+        joined = []
+        for t, parts in by_task.items():
+            if len(parts) == 1:
+                joined.append((t, parts[0]))
+                continue
+            length = max(part["input_ids"].shape[1] for part in parts)
+            batch: dict[str, Any] = {}
+            for key, pad in (("input_ids", self.pad_token_id), ("attention_mask", 0),
+                             ("token_type_ids", 0)):  # fmt: skip
+                if all(key in part for part in parts):
+                    batch[key] = torch.cat([_pad_to(part[key], length, pad) for part in parts])
+            labels = [
+                _pad_to(part["labels"], length, -100) if _per_token(part) else part["labels"]
+                for part in parts
+            ]
+            batch["labels"] = torch.cat(labels)
+            if all("example_ids" in part for part in parts):
+                batch["example_ids"] = torch.cat([part["example_ids"] for part in parts])
+            if all("num_tokens" in part for part in parts):
+                batch["num_tokens"] = sum(part["num_tokens"] for part in parts)
+            joined.append((t, batch))
+        return joined
 
     def _layout(self, sizes: tuple[int, ...]) -> tuple[np.ndarray, list]:
         """For batches of these sizes concatenated: each row's batch and the (start, end) rows
@@ -159,6 +296,12 @@ class MixupLoader(CompositeLoader):
                 self._layouts.clear()
             self._layouts[sizes] = layout
         return layout
+
+
+def _per_token(batch: Mapping[str, Any]) -> bool:
+    """Whether the batch's labels are one per position (as wide as its input_ids)."""
+    labels = batch["labels"]
+    return labels.ndim == 2 and labels.shape[1] == batch["input_ids"].shape[1]
 
 
 def _take(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:

@@ -13,7 +13,94 @@ from mtl.loaders.mixture import Mixture, fill
 from mtl.loaders.online import build_policy, checked_weights
 
 
-class RandomLoader(CompositeLoader):
+class WeightedLoader(CompositeLoader):
+    """What a loader that mixes by task weights shares (`RandomLoader`, and `MixupLoader` given
+    a weighting): its `mixture` (None: it mixes without weights), `loader.online`, their
+    options, the logged weights and the state a resume needs.
+
+    Its epochs of a fixed number of steps (`fixed_length`) are planned in slots, `per_step`
+    task batches a step (1 for a RandomLoader): each stretch of steps with one mixture has its
+    slots split by the weights (`Mixture.counts`), laid out by `arrange` and read by step by
+    `by_step`."""
+
+    per_step = 1
+    mixture: Mixture | None = None
+    online: OnlineMixing | None = None
+
+    @property
+    def fixed_length(self) -> int | None:
+        """Steps of every epoch where that is fixed, else None."""
+        raise NotImplementedError
+
+    @property
+    def slots(self) -> int:
+        """Task batches in an epoch of `fixed_length` steps."""
+        return self.fixed_length * self.per_step
+
+    def arrange(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Slots holding `counts[t]` batches of each task t, in the order they are taken."""
+        return rng.permutation(np.repeat(np.arange(len(self.names)), counts))
+
+    def by_step(self, slots: np.ndarray) -> np.ndarray:
+        """The schedule of the slots (`per_step` a step)."""
+        return slots
+
+    def planned(self, epoch: int) -> np.ndarray:
+        """The schedule of a fixed-length epoch: static, or from the online policy's plan."""
+        if self.online is not None:
+            return self.by_step(self.online.schedule(epoch))
+        rng, length = self.rng(epoch), self.fixed_length
+        counts = self.mixture.counts(length, epoch, self.per_step, self.slots)
+        return self.by_step(np.concatenate([self.arrange(c, rng) for c in counts]))
+
+    def options(self) -> dict[str, Any]:
+        options = super().options()
+        if self.mixture is not None:
+            options.update(self.mixture.options())
+        if self.online is not None:  # absent otherwise: older checkpoints resume as they were
+            options["online"] = self.online.options()
+        return options
+
+    def mix_weights(self) -> dict[str, float]:
+        """The weights of the step last drawn (of the first step before any); with
+        `online`, the policy's latest weights (those the next steps are drawn from)."""
+        if self.online is not None:
+            return {n: float(w) for n, w in zip(self.names, self.online.weights, strict=True)}
+        if self.mixture is None:
+            return super().mix_weights()
+        epoch, step = self.position
+        if step == 0 and epoch > 0:  # an epoch just ended: its last step
+            epoch, step = epoch - 1, self.epoch_length(epoch - 1)
+        p = self.mixture.weights(epoch, max(step - 1, 0), self.fixed_length)
+        return {n: float(w) for n, w in zip(self.names, p, strict=True)}
+
+    def __iter__(self):
+        if self.online is not None:
+            self.online.begin(self._epoch)
+        return super().__iter__()
+
+    def update_mixture(self, figures: Mapping, step: int) -> None:
+        """`loader.online`: the policy's next weights from `figures` (the same on every rank),
+        and the rest of the epoch redrawn from them."""
+        if self.online is None:
+            raise MtlError("update_mixture: this loader has no loader.online policy")
+        self.online.update(figures, step)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.online is not None:
+            state["online"] = self.online.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.online is not None:
+            if "online" not in state:
+                raise MtlError("loader state: saved without loader.online; resume without it")
+            self.online.load_state_dict(state["online"])
+        super().load_state_dict(state)
+
+
+class RandomLoader(WeightedLoader):
     """Each step takes one batch of a randomly drawn task, with task weights that set the shares
     and may move over the run (`mtl.loaders.mixture`: proportional, uniform, temperature, a
     temperature schedule, annealed, `{task: weight}`, stages, caps).
@@ -106,58 +193,10 @@ class RandomLoader(CompositeLoader):
             return int(self.sizes[self.mixture.in_play()].sum())
         return None
 
-    def options(self) -> dict[str, Any]:
-        options = {**super().options(), **self.mixture.options()}
-        if self.online is not None:  # absent otherwise: older checkpoints resume as they were
-            options["online"] = self.online.options()
-        return options
-
-    def mix_weights(self) -> dict[str, float]:
-        """The weights of the step last drawn (of the first step before any); with
-        `online`, the policy's latest weights (those the next steps are drawn from)."""
-        if self.online is not None:
-            return {n: float(w) for n, w in zip(self.names, self.online.weights, strict=True)}
-        epoch, step = self.position
-        if step == 0 and epoch > 0:  # an epoch just ended: its last step
-            epoch, step = epoch - 1, self.epoch_length(epoch - 1)
-        p = self.mixture.weights(epoch, max(step - 1, 0), self.fixed_length)
-        return {n: float(w) for n, w in zip(self.names, p, strict=True)}
-
-    def __iter__(self):
-        if self.online is not None:
-            self.online.begin(self._epoch)
-        return super().__iter__()
-
-    def update_mixture(self, figures: Mapping, step: int) -> None:
-        """`loader.online`: the policy's next weights from `figures` (the same on every rank),
-        and the rest of the epoch redrawn from them."""
-        if self.online is None:
-            raise MtlError("update_mixture: this loader has no loader.online policy")
-        self.online.update(figures, step)
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.online is not None:
-            state["online"] = self.online.state_dict()
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.online is not None:
-            if "online" not in state:
-                raise MtlError("loader state: saved without loader.online; resume without it")
-            self.online.load_state_dict(state["online"])
-        super().load_state_dict(state)
-
     def build_schedule(self, epoch: int) -> np.ndarray:
-        if self.online is not None:
-            return self.online.schedule(epoch)
-        rng, length = self.rng(epoch), self.fixed_length
-        if length is not None:
-            tasks = np.arange(len(self.names))
-            parts = [
-                rng.permutation(np.repeat(tasks, c)) for c in self.mixture.counts(length, epoch)
-            ]
-            return np.concatenate(parts)
+        if self.fixed_length is not None:
+            return self.planned(epoch)
+        rng = self.rng(epoch)
         weights = self.mixture.stage_weights(self.mixture.base, epoch)
         p = weights / weights.sum()
         if self.exhaust == "cycle_to_longest":
@@ -227,16 +266,18 @@ def _draw_until_count(rng: np.random.Generator, p: np.ndarray, task: int, count:
 
 
 class OnlineMixing:
-    """`loader.online` of a RandomLoader: {policy, update_every, options} (`mtl.loaders.online`).
+    """`loader.online` of a WeightedLoader: {policy, update_every, options}
+    (`mtl.loaders.online`).
 
     An epoch starts from the policy's latest weights (the mixture's `weighting` before its
-    first update), split over the epoch's steps as a static mixture's are and shuffled with
-    `rng([seed, epoch])`. An update at step s of the epoch redraws steps s.. from the new
-    weights (counts by largest remainders within each task's cap, order from `rng([seed,
-    epoch, u])`, u the run's update count), so `len()` is exact, every rank draws the same
-    steps, and the epoch's plan (start weights and updates) resumes it exactly."""
+    first update), split over the epoch's slots (`per_step` a step) as a static mixture's are
+    and laid out by the loader's `arrange` with `rng([seed, epoch])`. An update at step s of the
+    epoch redraws the slots of steps s.. from the new weights (counts by largest remainders
+    within each task's cap, laid out with `rng([seed, epoch, u])`, u the run's update count),
+    so `len()` is exact, every rank draws the same steps, and the epoch's plan (start weights
+    and updates) resumes it exactly. The plan's steps are slots."""
 
-    def __init__(self, loader: RandomLoader, online: Mapping[str, Any]):
+    def __init__(self, loader: WeightedLoader, online: Mapping[str, Any]):
         if not isinstance(online, Mapping) or "policy" not in online:
             raise MtlError(
                 f"loader.online: got {online!r}; give {{policy: exp3|loss_softmax|dev_gap|"
@@ -285,7 +326,7 @@ class OnlineMixing:
         self.updates += 1
         epoch, at = self.loader.position
         if self.plan["epoch"] == epoch and 0 < at < self.loader.fixed_length:
-            event = [at, self.updates, self.weights.tolist()]
+            event = [at * self.loader.per_step, self.updates, self.weights.tolist()]
             self.plan["updates"].append(event)
             if self.drawn is not None and self.drawn[0] == epoch:  # redraw the rest in place
                 self.redraw(self.drawn[1], *event, epoch)
@@ -293,7 +334,7 @@ class OnlineMixing:
             self.loader.replan(epoch)
 
     def schedule(self, epoch: int) -> np.ndarray:
-        """The epoch's steps: from the plan's start weights, then each update's redraw of the
+        """The epoch's slots: from the plan's start weights, then each update's redraw of the
         rest (kept for the epoch under way, so that an update costs one redraw)."""
         planned = self.plan["epoch"] == epoch
         if (
@@ -302,10 +343,10 @@ class OnlineMixing:
             and self.drawn[::2] == (epoch, len(self.plan["updates"]))
         ):
             return self.drawn[1]
-        length, tasks = self.loader.fixed_length, np.arange(len(self.loader.names))
+        length = self.loader.slots
         start = np.array(self.plan["start"]) if planned else self.weights
         counts = self.spread(length, start, self.room(), epoch)
-        order = self.loader.rng(epoch).permutation(np.repeat(tasks, counts))
+        order = self.loader.arrange(counts, self.loader.rng(epoch))
         if not planned:
             return order
         for event in self.plan["updates"]:
@@ -318,17 +359,16 @@ class OnlineMixing:
         return np.full(len(self.loader.names), np.inf) if caps is None else caps.astype(float)
 
     def redraw(self, order: np.ndarray, at: int, index: int, weights: list, epoch: int) -> None:
-        """Steps `at`.. of `order` drawn again from `weights` (rng of seed, epoch, `index`)."""
-        tasks = np.arange(len(self.loader.names))
-        left = self.room() - np.bincount(order[:at], minlength=len(tasks))
+        """Slots `at`.. of `order` drawn again from `weights` (rng of seed, epoch, `index`)."""
+        left = self.room() - np.bincount(order[:at], minlength=len(self.loader.names))
         counts = self.spread(len(order) - at, np.array(weights), left, epoch)
         rng = np.random.default_rng([self.loader.seed, epoch, index])
-        order[at:] = rng.permutation(np.repeat(tasks, counts))
+        order[at:] = self.loader.arrange(counts, rng)
 
     def spread(self, steps: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
-        """`steps` split by the policy's weights `p` within each task's `room`; once the tasks
-        it weighs are all at their caps, the rest by the mixture's own weights over the others
-        (a capped task gets no more, whatever the policy says)."""
+        """`steps` (slots) split by the policy's weights `p` within each task's `room`; once the
+        tasks it weighs are all at their caps, the rest by the mixture's own weights over the
+        others (a capped task gets no more, whatever the policy says)."""
         weighed = p > 0
         capacity = room[weighed].sum()
         if steps <= capacity:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from mtl.training.loop import run
 
@@ -522,21 +523,31 @@ ONLINE += ["loader.online={policy:loss_softmax,update_every:3,options:{temperatu
 
 
 def test_dist_online_mixing_same_weights_on_every_rank_and_exact_resume(tmp_path):
-    """loader.online on 2 processes: every rank draws the same tasks at every step (the
-    policy's figures are summed over the ranks, so its weights agree); a resume mid-epoch 1
-    continues both ranks' streams and losses as the run never stopped."""
-    ref = tmp_path / "ref"
-    launch(*ONLINE, f"hydra.run.dir={ref}", cwd=tmp_path)
-    expected = read_trace(ref)
-    assert_ranks_in_step(expected)
-    rows = [json.loads(line) for line in (ref / "metrics.jsonl").open()]
-    weights = {tuple(v for k, v in sorted(r.items()) if k.startswith("mix_weight/")) for r in rows}
-    assert len(weights - {()}) > 1  # the weights moved
-    step = resume_points(expected[0])["mid-epoch 1"]
-    step -= 1 if step % 3 == 0 else 0  # inside a window of the policy, not at its end
-    out = tmp_path / "resumed"
-    launch(*ONLINE, f"trainer.resume={checkpoint(ref, step)}", f"hydra.run.dir={out}", cwd=tmp_path)
-    got = read_trace(out)
-    for rank in range(2):
-        assert got[rank][0]["step"] == step + 1
-        assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
+    """loader.online on 2 processes, loader=random and loader=mixup (one `-m` launch): every
+    rank draws the same tasks at every step (the policy's figures are summed over the ranks,
+    so its weights agree); a resume mid-epoch 1 continues both ranks' streams and losses as the
+    run never stopped."""
+    sweep = tmp_path / "ref"
+    launch("-m", *ONLINE, "loader=random,mixup", f"hydra.sweep.dir={sweep}",
+           "hydra.sweep.subdir=${hydra.job.num}", cwd=tmp_path)  # fmt: skip
+    jobs = sweep_jobs(sweep)
+    assert len(jobs) == 2
+    for ref in jobs:
+        expected = read_trace(ref)
+        assert_ranks_in_step(expected)
+        rows = [json.loads(line) for line in (ref / "metrics.jsonl").open()]
+        moved = {
+            tuple(v for k, v in sorted(r.items()) if k.startswith("mix_weight/")) for r in rows
+        }
+        assert len(moved - {()}) > 1  # the weights moved
+        step = resume_points(expected[0])["mid-epoch 1"]
+        step -= 1 if step % 3 == 0 else 0  # inside a window of the policy, not at its end
+        loader = [o for o in yaml.safe_load((ref / ".hydra" / "overrides.yaml").read_text())
+                  if o.startswith("loader=")]  # fmt: skip
+        out = tmp_path / f"resumed-{ref.name}"
+        launch(*ONLINE, *loader, f"trainer.resume={checkpoint(ref, step)}",
+               f"hydra.run.dir={out}", cwd=tmp_path)  # fmt: skip
+        got = read_trace(out)
+        for rank in range(2):
+            assert got[rank][0]["step"] == step + 1
+            assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])

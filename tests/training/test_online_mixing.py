@@ -13,7 +13,6 @@ from safetensors.torch import load_file
 from mtl.training.loop import run
 
 ONLINE = [
-    "loader=random",
     "loader.online={policy:exp3,update_every:2,options:{exploration:0.2}}",
     "trainer.max_steps=12",
     "trainer.epochs=3",
@@ -36,9 +35,15 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(last / "model.safetensors")
 
 
-def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_path):
+@pytest.mark.parametrize(
+    "loader",
+    [pytest.param("loader=random", marks=pytest.mark.slow), "loader=mixup"],
+)
+def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_path, loader):
+    """loader=random (one task a step) and loader=mixup (each step's task batches split by the
+    weights): the weights move, and a run resumed mid-epoch ends bit-equal."""
     full = tmp_path / "full"
-    run(make_cfg(*ONLINE, output_dir=full))
+    run(make_cfg(loader, *ONLINE, output_dir=full))
     weights = mix_weights(full)
     assert len(weights) == 6
     tasks = sorted(weights[0])
@@ -50,10 +55,11 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     assert all(v > 0 for v in rewards[-1].values())  # exp3's smoothed rewards, logged
     assert rewards[-1] != rewards[-2]
     part = tmp_path / "part"
-    run(make_cfg(*ONLINE, "trainer.checkpoint_every=5", "trainer.keep_last=null", output_dir=part))
+    every = ["trainer.checkpoint_every=5", "trainer.keep_last=null"]
+    run(make_cfg(loader, *ONLINE, *every, output_dir=part))
     resumed = tmp_path / "resumed"
     checkpoint = part / "checkpoints" / "step_0000005"
-    run(make_cfg(*ONLINE, f"trainer.resume={checkpoint}", output_dir=resumed))
+    run(make_cfg(loader, *ONLINE, f"trainer.resume={checkpoint}", output_dir=resumed))
     assert mix_weights(resumed)[-3:] == mix_weights(full)[-3:]
     want, got = final_weights(full), final_weights(resumed)
     assert want.keys() == got.keys()
