@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +21,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from mtl.training.loop import run
 
@@ -327,6 +331,10 @@ def checkpoint(run_dir: Path, step: int) -> Path:
     return path
 
 
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(sorted((run_dir / "checkpoints").glob("step_*"))[-1] / "model.safetensors")
+
+
 def resume_points(rows: list[dict]) -> dict[str, int]:
     """Steps to stop at: step 1, mid-epoch 0, the epoch 0/1 boundary, mid-epoch 1."""
     per_epoch = Counter(r["epoch"] for r in rows)
@@ -551,3 +559,51 @@ def test_dist_online_mixing_same_weights_on_every_rank_and_exact_resume(tmp_path
         for rank in range(2):
             assert got[rank][0]["step"] == step + 1
             assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
+
+
+# About 13 steps an epoch: exp3's weights change the counts of the steps it redraws.
+KILLED = ["loader=random", "data.max_examples=192", "trainer.epochs=2"]
+KILLED += ["trainer.checkpoint_every=1", "loader.online={policy:exp3,update_every:3}"]
+
+
+def kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL to the ranks and the launcher at once (torchrun starts each rank in a process
+    group of its own, so a signal to the launcher's group does not reach them)."""
+    processes = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+    ranks = [p for p in processes if "train.py" in " ".join(p.cmdline())]
+    assert len(ranks) == 3  # torchrun and its 2 ranks
+    for process in processes:
+        process.kill()
+    proc.communicate()
+    psutil.wait_procs(processes, timeout=30)
+
+
+def test_dist_sigkilled_three_times_and_resumed_ends_bit_equal(tmp_path):
+    """exp3 on 2 processes: the whole launch (torchrun and both ranks) SIGKILLed at random
+    moments three times, each time resumed in its folder from its last whole checkpoint; the
+    final parameters equal the uninterrupted run's bit for bit."""
+    ref = tmp_path / "ref"
+    launch(*KILLED, f"hydra.run.dir={ref}", cwd=tmp_path)
+    part, rng, kills, attempts = tmp_path / "part", random.Random(7), 0, 0
+    trace = part / "trace_rank0.jsonl"
+    while kills < 3:
+        attempts += 1
+        assert attempts < 10, "the launch kept finishing before it could be killed"
+        resume = [f"trainer.resume={part}"] if list(part.glob("checkpoints/step_*/mtl_*")) else []
+        proc = start(*KILLED, *resume, f"hydra.run.dir={part}", cwd=tmp_path)
+        before = len(trace.read_text().splitlines()) if trace.is_file() else 0
+        while proc.poll() is None and (
+            not trace.is_file() or len(trace.read_text().splitlines()) < before + 3
+        ):
+            time.sleep(0.02)  # training under way: a few steps past where it started
+        time.sleep(rng.uniform(0, 1.0))
+        if proc.poll() is not None:  # it finished first: start again from the same folder
+            shutil.rmtree(part)
+            continue
+        kill_launch(proc)
+        kills += 1
+    launch(*KILLED, f"trainer.resume={part}", f"hydra.run.dir={part}", cwd=tmp_path)
+    assert read_trace(part)  # both ranks' traces: a run of 2 processes
+    expected, got = final_weights(ref), final_weights(part)
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
