@@ -5,7 +5,9 @@ A run folder (it holds `metrics.jsonl`) gets four figures: `report_shares.png` (
 share of the window and since the start against its target, one panel per task),
 `report_losses.png` (the training loss of each task), `report_dev.png` (each task's dev metrics
 at every evaluation) and `report_throughput.png` (padding efficiency and tokens/s); a run with
-task-interaction diagnostics also `report_interaction.png` (`mtl.reporting.interaction`).
+task-interaction diagnostics also `report_interaction.png` (`mtl.reporting.interaction`), one
+mixed online (`loader.online`) also `report_mixing.png` (the policy's figure per task and the
+weight it gave).
 
 A sweep folder (a Hydra multirun: job folders, each with `metrics.jsonl` or `results.json`)
 gets `report_sweep_monitor.png` (the monitored value of each job, as bars) and
@@ -110,6 +112,8 @@ def run_figures(rows: list[dict], higher: dict[str, bool] | None = None) -> dict
         figures["report_dev"] = dev_figure(rows, evals, higher or {})
     if keys_with(rows, "grad_norm/"):
         figures["report_interaction"] = interaction_figure(rows)
+    if keys_with(rows, "mix_policy/"):
+        figures["report_mixing"] = mixing_figure(rows, tasks)
     return figures
 
 
@@ -145,6 +149,24 @@ def shares_figure(rows: list[dict], tasks: list[str]) -> Figure:
         ax.set_ylabel("share")
     handles, _ = axes[0].get_legend_handles_labels()
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
+    return fig
+
+
+def mixing_figure(rows: list[dict], tasks: list[str]) -> Figure:
+    """`loader.online`: each task's figure in the policy (exp3's smoothed reward, loss_softmax's
+    loss, dev_gap's gap) and the weight it gave (right-hand axis)."""
+    fig, axes = grid(len(tasks), "Online mixing: the policy's figure per task and its weight")
+    for ax, task in zip(axes, tasks, strict=True):
+        lines = ax.plot(*series(rows, f"mix_policy/{task}"), marker=".", ms=4, lw=1.2,
+                        color="tab:orange", label="policy's figure")  # fmt: skip
+        right = ax.twinx()
+        lines += right.plot(*series(rows, f"mix_weight/{task}"), color="tab:green", ls=":",
+                            lw=1.5, label="mix weight")  # fmt: skip
+        right.set_ylim(-0.02, 1.02)
+        right.set_ylabel("weight")
+        ax.set_title(task)
+        ax.set_ylabel("policy's figure")
+    fig.legend(handles=lines, loc="outside lower center", ncol=2, fontsize=8)
     return fig
 
 

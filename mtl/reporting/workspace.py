@@ -7,7 +7,8 @@
 (the command: `mtl.cli.workspace`; the spec: `folder_spec`, saved by `save_workspace`)
 
 Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`,
-`mix_weight/<t>`),
+`mix_weight/<t>`), online mixing where a run has `loader.online` (`mix_policy/<t>`: the
+policy's figure, beside its weight),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
 and padding, task interaction and balancing (`grad_norm/<t>`, `grad_cos/<a>/<b>`,
 `affinity/<a>/<b>`, `task_weight/<t>`: `mtl.training.diagnostics`), and a sweep comparison
@@ -83,7 +84,14 @@ def read_folder(folder: Path) -> dict:
         "higher": metric_directions(config.get("task") or {}),
         "params": config_keys(keys, flat(config)) or config_keys(DEFAULT_PARAMS, flat(config)),
         "monitor": monitor,
+        "online": any(mixes_online(job) for job in jobs),
     }
+
+
+def mixes_online(job: Path) -> bool:
+    """Whether the job's loader has `loader.online`."""
+    config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text()) or {}
+    return bool((config.get("loader") or {}).get("online"))
 
 
 def config_keys(keys: list[str], config: dict) -> list[str]:
@@ -127,8 +135,10 @@ def workspace_spec(
     monitor: str | None = None,
     name: str = "mtl",
     higher: dict[str, bool] | None = None,
+    online: bool = False,
 ) -> dict:
-    """The workspace as plain data: sections of panels, each naming the keys it plots."""
+    """The workspace as plain data: sections of panels, each naming the keys it plots (with
+    `online`, a section of the mixing policy's figure per task, `mix_policy/<t>`)."""
     shares = [
         line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}", f"mix_weight/{t}"])
         for t in tasks
@@ -159,19 +169,19 @@ def workspace_spec(
         }
         for p in params
     ]
-    return {
-        "entity": entity,
-        "project": project,
-        "name": name,
-        "sections": [
-            {"name": "Task shares (window, since start, target)", "panels": shares},
-            {"name": "Losses", "panels": losses},
-            {"name": "Dev metrics", "panels": dev},
-            {"name": "Throughput and padding", "panels": throughput},
-            {"name": "Task interaction and balancing", "panels": interaction_panels(list(tasks))},
-            {"name": "Sweep comparison", "panels": sweep},
-        ],
-    }
+    sections = [
+        {"name": "Task shares (window, since start, target)", "panels": shares},
+        {"name": "Losses", "panels": losses},
+        {"name": "Dev metrics", "panels": dev},
+        {"name": "Throughput and padding", "panels": throughput},
+        {"name": "Task interaction and balancing", "panels": interaction_panels(list(tasks))},
+        {"name": "Sweep comparison", "panels": sweep},
+    ]
+    if online:
+        mixing = [line(t, [f"mix_policy/{t}", f"mix_weight/{t}"]) for t in tasks]
+        sections.insert(1, {"name": "Online mixing (the policy's figure, weight)",
+                            "panels": mixing})  # fmt: skip
+    return {"entity": entity, "project": project, "name": name, "sections": sections}
 
 
 def interaction_panels(tasks: list[str]) -> list[dict]:
@@ -272,6 +282,7 @@ def folder_spec(
         monitor or found.get("monitor"),
         name,
         found.get("higher"),
+        bool(found.get("online")),
     )
 
 

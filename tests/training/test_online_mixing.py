@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from mtl.reporting.figures import read_rows, run_figures
+from mtl.reporting.workspace import folder_spec, spec_keys
 from mtl.training.loop import run
 
 ONLINE = [
@@ -43,7 +46,8 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     """loader=random (one task a step) and loader=mixup (each step's task batches split by the
     weights): the weights move, and a run resumed mid-epoch ends bit-equal."""
     full = tmp_path / "full"
-    run(make_cfg(loader, *ONLINE, output_dir=full))
+    cfg = make_cfg(loader, *ONLINE, output_dir=full)
+    run(cfg)
     weights = mix_weights(full)
     assert len(weights) == 6
     tasks = sorted(weights[0])
@@ -54,6 +58,17 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     rewards = [{t: r.get(f"mix_policy/{t}") for t in tasks} for r in rows if "loss" in r]
     assert all(v > 0 for v in rewards[-1].values())  # exp3's smoothed rewards, logged
     assert rewards[-1] != rewards[-2]
+    # mtl-report draws them beside the weights; the W&B workspace has a panel of each
+    panels = run_figures(read_rows(full / "metrics.jsonl"))["report_mixing"].axes[: len(tasks)]
+    assert sorted(ax.get_title() for ax in panels) == tasks
+    logged = [r for r in rows if "loss" in r]
+    for ax in panels:
+        policy = [r[f"mix_policy/{ax.get_title()}"] for r in logged]
+        assert list(ax.get_lines()[0].get_ydata()) == policy
+    (full / ".hydra").mkdir()  # as mtl-train writes it
+    OmegaConf.save(cfg, full / ".hydra" / "config.yaml")
+    keys = spec_keys(folder_spec("e", "p", run=full))["history"]
+    assert {f"mix_policy/{t}" for t in tasks} <= keys <= set().union(*map(set, rows))
     part = tmp_path / "part"
     every = ["trainer.checkpoint_every=5", "trainer.keep_last=null"]
     run(make_cfg(loader, *ONLINE, *every, output_dir=part))
