@@ -11,18 +11,25 @@ and 20). Peer: the static mixture.
 
 Timed with `harness.LoopClock` from the start of step `--warmup` to the end; runs in rounds
 (static, online every 1, online every 20, then the reverse order), the ratio is the median over
-the rounds. One torch thread. 1 process: the reduce over processes is one more collective per
-update on several (not measured here).
+the rounds. One torch thread. `--processes 2`: the script runs itself under torchrun, every
+run a 2-process run on gloo (each rank's batches checked the same in every row; the online
+runs also reduce the policy's figures over the processes), rank 0's clock.
 
     python benchmarks/bench_online.py [--task synthetic_cls] [--steps 300] [--warmup 20]
-        [--repeats 4] [--json PATH] [--quick]
+        [--repeats 4] [--processes 1] [--json PATH] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
+import json
+import os
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 from harness import LoopClock, compose, emit, parser, quiet_transformers, scratch, table
@@ -40,7 +47,7 @@ def one_run(args, every: int | None, out) -> LoopClock:
         "loader=random", f"loader.steps_per_epoch={args.steps}", "loader.exhaust=null",
         "trainer.epochs=1", "trainer.max_steps=null", "trainer.log_every=1000000",
         "trainer.export=false", "trainer.diagnose_every=0", "trainer.cpu=true",
-        f"output_dir={out}",
+        "trainer.dist_timeout_s=60", f"output_dir={out}",
     ]  # fmt: skip
     if every is not None:
         overrides.append(f"loader.online={{policy:exp3,update_every:{every}}}")
@@ -57,20 +64,62 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--processes", type=int, default=1, help="processes per run (torchrun)")
+    p.add_argument("--folder", help=argparse.SUPPRESS)  # a rank's: where its runs go
     args = p.parse_args()
     if args.quick:
         args.steps, args.repeats, args.warmup = 60, 2, 10
+    if args.processes > 1 and "LOCAL_RANK" not in os.environ:
+        return launch(args)
     torch.set_num_threads(args.threads)
     quiet_transformers()
+    if args.folder:  # a rank of `launch`: every rank runs every row, in step
+        from mtl.training.launch.distributed import start_launch
+
+        start_launch()
+        return rows(args, Path(args.folder))
+    with scratch("bench_online_") as folder:
+        return report(args, *rows(args, folder))
+
+
+def launch(args) -> None:
+    """Run this script on `args.processes` processes (torchrun), each running every row."""
+    with scratch("bench_online_") as folder:
+        argv = [__file__, "--task", args.task, "--steps", str(args.steps), "--warmup",
+                str(args.warmup), "--repeats", str(args.repeats), "--threads", str(args.threads),
+                "--processes", str(args.processes), "--folder", str(folder)]  # fmt: skip
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={args.processes}", *argv]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode:
+            raise SystemExit(done.stderr[-3000:])
+        times, ids = json.loads((folder / "rows.json").read_text())
+    report(args, times, ids)
+
+
+def rows(args, folder: Path) -> tuple[dict, dict]:
+    """Each row's ms/step per round, and each row's example ids of every step (rank 0's, with
+    every rank's checked equal between rows)."""
     times: dict[str, list[float]] = {name: [] for name in ROWS}
     ids: dict[str, list] = {}
-    with scratch("bench_online_") as folder:
-        for r in range(args.repeats):
-            names = list(ROWS) if r % 2 == 0 else list(reversed(ROWS))
-            for name in names:
-                clock = one_run(args, ROWS[name], folder / f"{r}-{len(times[name])}-{name[-2:]}")
-                times[name].append(clock.steady(args.warmup)["ms_per_step"])
-                ids.setdefault(name, [x.tolist() for x in clock.example_ids])
+    for r in range(args.repeats):
+        names = list(ROWS) if r % 2 == 0 else list(reversed(ROWS))
+        for name in names:
+            clock = one_run(args, ROWS[name], folder / f"{r}-{len(times[name])}-{name[-2:]}")
+            times[name].append(clock.steady(args.warmup)["ms_per_step"])
+            ids.setdefault(name, [x.tolist() for x in clock.example_ids])
+    if args.folder:  # a rank: every rank checks its own batches; rank 0 writes its figures
+        if any(ids[name] != ids["static"] for name in ROWS):
+            raise SystemExit(
+                f"rank {os.environ['RANK']}: the rows did not train on the same batches"
+            )
+        if os.environ["RANK"] == "0":
+            (folder / "rows.json").write_text(json.dumps([times, ids]))
+    return times, ids
+
+
+def report(args, times: dict, ids: dict) -> None:
     same = all(ids[name] == ids["static"] for name in ROWS)
     if not same:
         raise SystemExit("bench_online: the runs did not train on the same batches")
@@ -79,8 +128,8 @@ def main() -> None:
         name: statistics.median(t / s for t, s in zip(times[name], times["static"], strict=True))
         for name in ROWS
     }
-    print(f"task {args.task}, tiny model, {args.steps} steps ({args.warmup} not timed), same "
-          f"batches: {same}")  # fmt: skip
+    print(f"task {args.task}, tiny model, {args.steps} steps ({args.warmup} not timed), "
+          f"{args.processes} process(es), same batches: {same}")  # fmt: skip
     table(
         ["mixture", "ms/step (median)", "x static"],
         [(name, statistics.median(times[name]), ratio[name]) for name in ROWS],
@@ -88,7 +137,8 @@ def main() -> None:
     )
     emit(
         {"bench": "online", "peer": "static mixture (loader=random)", "task": args.task,
-         "steps": args.steps, "same_batches": same, "ms_per_step_static": round(base, 3),
+         "steps": args.steps, "processes": args.processes, "same_batches": same,
+         "ms_per_step_static": round(base, 3),
          "ratio": {name: round(v, 4) for name, v in ratio.items()}},
         args.json,
     )  # fmt: skip

@@ -228,6 +228,14 @@ def test_loop_overhead_runs_both_loops_on_the_same_batches_and_writes_its_json(t
 
 
 @pytest.mark.slow
+def test_online_on_two_processes_runs_every_row_on_the_same_batches():
+    figures = json.loads(quick_output("bench_online.py", "--processes", "2")[-1])
+    assert_named(figures, "online")
+    assert figures["processes"] == 2 and figures["same_batches"] is True
+    assert set(figures["ratio"]) == {"static", "online every 1", "online every 20"}
+
+
+@pytest.mark.slow
 def test_study_runs_its_sweeps_and_reports_them(tmp_path):
     """benchmarks/study.py end to end (tiny model, 2 loaders x 2 samplers x 2 seeds, 3 single-task
     baselines x 2 seeds); its table is checked against the sweeps' own summary.csv."""
