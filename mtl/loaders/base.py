@@ -338,42 +338,32 @@ class CompositeLoader:
         # The hot loop: plain ints and lists, no per-step numpy scalars or dict updates.
         next_batch = [stream.next_batch for stream in self._streams]
         tallies = self._tallies
+
+        def taken(t: int) -> Any:
+            batch = next_batch[t]()
+            examples, tokens = count_batch(batch)
+            tally = tallies[t]
+            tally[0] += 1
+            tally[1] += examples
+            tally[2] += tokens
+            return batch
+
+        flat = schedule.ndim == 1  # one task's batch per step; else several, merged by combine
         step = start
-        if schedule.ndim == 1:  # one task's batch per step
-            while step < len(schedule):
-                replans = self._replans
-                for t in schedule[step:].tolist():
-                    batch = next_batch[t]()
-                    examples, tokens = count_batch(batch)
-                    tally = tallies[t]
-                    tally[0] += 1
-                    tally[1] += examples
-                    tally[2] += tokens
-                    step += 1
-                    self._step = step
-                    yield batch
-                    if self._replans != replans:  # the rest of the epoch was drawn again
-                        schedule = self.schedule(epoch)
-                        break
-        else:
-            combine = self.combine
-            while step < len(schedule):
-                replans = self._replans
-                for tasks in _step_tasks(schedule[step:]):
-                    batches = [(t, next_batch[t]()) for t in tasks]
-                    batch = combine(epoch, step, batches)
-                    for t, task_batch in batches:
-                        examples, tokens = count_batch(task_batch)
-                        tally = tallies[t]
-                        tally[0] += 1
-                        tally[1] += examples
-                        tally[2] += tokens
-                    step += 1
-                    self._step = step
-                    yield batch
-                    if self._replans != replans:  # the rest of the epoch was drawn again
-                        schedule = self.schedule(epoch)
-                        break
+        while step < len(schedule):
+            replans = self._replans
+            rows = schedule[step:].tolist() if flat else _step_tasks(schedule[step:])
+            for tasks in rows:
+                if flat:
+                    batch = taken(tasks)
+                else:
+                    batch = self.combine(epoch, step, [(t, taken(t)) for t in tasks])
+                step += 1
+                self._step = step
+                yield batch
+                if self._replans != replans:  # the rest of the epoch was drawn again
+                    schedule = self.schedule(epoch)
+                    break
         self._carry = [stream.cursor for stream in self._streams]
         self._epoch, self._step = epoch + 1, 0
 
