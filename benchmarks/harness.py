@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from mtl.cli.script import freeze_at_exit
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,6 +48,7 @@ def parser(doc: str, quick: str, threads: int | None = None) -> argparse.Argumen
     """The options every benchmark takes: `--quick` (tiny inputs, a smoke run; `quick` says what
     it shrinks), `--json PATH` (also write the figures there) and, where the benchmark pins torch
     threads, `--threads` (default `threads`)."""
+    freeze_at_exit()  # as mtl's own commands: a benchmark that starts processes waits on exits
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--json", metavar="PATH", help="also write the JSON line of figures to PATH")
