@@ -24,7 +24,6 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
 from mtl.training.loop import run
@@ -325,6 +324,24 @@ RESUME = [
 ]
 
 
+# update_every 3 with a checkpoint every step: resumes land inside the policy's window. About
+# 13 steps an epoch: the policy's weights change the counts of the steps it redraws.
+ONLINE = [*RESUME, "data.max_examples=192", "trainer.epochs=2"]
+ONLINE += ["loader.online={policy:loss_softmax,update_every:3,options:{temperature:0.3}}"]
+
+
+@pytest.fixture(scope="module")
+def online_runs(tmp_path_factory) -> dict[str, Path]:
+    """The uninterrupted runs that the resume tests continue: ONLINE under loader=random and
+    loader=mixup, one `-m` launch of 2 processes."""
+    sweep = tmp_path_factory.mktemp("online") / "sweep"
+    launch("-m", *ONLINE, "loader=random,mixup", f"hydra.sweep.dir={sweep}",
+           "hydra.sweep.subdir=${hydra.job.num}", cwd=sweep.parent)  # fmt: skip
+    jobs = sweep_jobs(sweep)
+    assert len(jobs) == 2
+    return {"random": jobs[0], "mixup": jobs[1]}
+
+
 def checkpoint(run_dir: Path, step: int) -> Path:
     path = run_dir / "checkpoints" / f"step_{step:07d}"
     assert path.is_dir()
@@ -344,7 +361,9 @@ def resume_points(rows: list[dict]) -> dict[str, int]:
 
 
 def check_reshuffles(ranks: list[list[dict]]) -> None:
-    """Three epochs give three different orders per task per rank."""
+    """Each epoch gives a different order per task per rank."""
+    epochs = sorted({r["epoch"] for r in ranks[0]})
+    assert len(epochs) >= 2
     for rows in ranks:
         for task in TASKS[:2]:
             orders = [
@@ -355,31 +374,26 @@ def check_reshuffles(ranks: list[list[dict]]) -> None:
                     for m in r["micro"]
                     for i in m["example_ids"].get(task, [])
                 ]
-                for e in range(3)
+                for e in epochs
             ]
-            assert all(orders) and len({tuple(o) for o in orders}) == 3, task
+            assert all(orders) and len({tuple(o) for o in orders}) == len(epochs), task
 
 
-def test_dist_same_seed_same_stream_and_exact_resume(tmp_path):
-    """Checks 4 and 5 on 2 processes: reshuffles, and a resume mid-epoch 1 (after the first
-    reshuffle) read with 2 loader workers (num_workers 0 vs 2: the same stream) continues both
-    ranks' streams. The chain of resumes (step 1, mid-epoch 0, the epoch boundary, mid-epoch 1,
-    each from the previous resume) runs in-process below; a 2-rank resume from a run folder
-    stopped at a signal is test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream."""
-    ref = tmp_path / "ref"
-    launch(*RESUME, f"hydra.run.dir={ref}", cwd=tmp_path)
+def test_dist_same_seed_same_stream_and_exact_resume(online_runs, tmp_path):
+    """Checks 4 and 5 on 2 processes, under loader.online: reshuffles, and a resume mid-epoch 1
+    (after the first reshuffle, inside a window of the policy) read with 2 loader workers
+    (num_workers 0 vs 2: the same stream) continues both ranks' streams and losses as the run
+    never stopped. The chain of resumes (step 1, mid-epoch 0, the epoch boundary, mid-epoch 1,
+    each from the previous resume) runs in-process below; resumes from a run folder stopped by
+    a signal are the SIGTERM (loader=mixup) and SIGKILL (loader=random) tests."""
+    ref = online_runs["random"]
     expected = read_trace(ref)
-    assert_ranks_in_step(expected)
     check_reshuffles(expected)
     step = resume_points(expected[0])["mid-epoch 1"]
+    step -= 1 if step % 3 == 0 else 0  # inside a window of the policy, not at its end
     out = tmp_path / "resumed"
-    launch(
-        *RESUME,
-        "data.num_workers=2",
-        f"trainer.resume={checkpoint(ref, step)}",
-        f"hydra.run.dir={out}",
-        cwd=tmp_path,
-    )
+    resume = [f"trainer.resume={checkpoint(ref, step)}", f"hydra.run.dir={out}"]
+    launch(*ONLINE, "loader=random", "data.num_workers=2", *resume, cwd=tmp_path)
     got = read_trace(out)
     for rank in range(2):
         assert got[rank][0]["step"] == step + 1
@@ -493,26 +507,40 @@ def test_dist_failing_rank_stops_all_and_launches_get_own_folders(tmp_path):
         assert len(list(folder.rglob("config.yaml"))) == 1
 
 
-def test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream(tmp_path):
-    """SIGTERM to the launcher mid-run: both ranks save the same step and exit; a resume from
-    the run folder continues the uninterrupted run's stream on both ranks."""
-    common = ["loader=random", "trainer.epochs=40", "trainer.max_steps=60"]
-    ref = tmp_path / "ref"
-    launch(*common, f"hydra.run.dir={ref}", cwd=tmp_path)
-    expected = read_trace(ref)
+def test_dist_online_mixing_same_weights_on_every_rank(online_runs):
+    """loader.online on 2 processes, loader=random and loader=mixup: every rank draws the same
+    tasks at every step (the policy's figures are summed over the ranks, so its weights agree),
+    and the weights moved. Their resumes: the same-seed, SIGTERM and SIGKILL tests."""
+    for ref in online_runs.values():
+        assert_ranks_in_step(read_trace(ref))
+        rows = [json.loads(line) for line in (ref / "metrics.jsonl").open()]
+        moved = {
+            tuple(v for k, v in sorted(r.items()) if k.startswith("mix_weight/")) for r in rows
+        }
+        assert len(moved - {()}) > 1
+
+
+def test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream(online_runs, tmp_path):
+    """SIGTERM to the launcher mid-run (loader=mixup mixing online, no periodic checkpoints):
+    both ranks save the same step and exit; a resume from the run folder continues the
+    uninterrupted run's stream on both ranks (saving at every step, as that run did, or not
+    at all changes nothing in it)."""
+    common = [a for a in ONLINE if not a.startswith("trainer.checkpoint_every")]
+    common += ["loader=mixup"]
+    expected = read_trace(online_runs["mixup"])
     part = tmp_path / "part"
     proc = start(*common, f"hydra.run.dir={part}", cwd=tmp_path)
     trace = part / "trace_rank0.jsonl"
-    while not (trace.is_file() and len(trace.read_text().splitlines()) >= 6):
+    while not (trace.is_file() and len(trace.read_text().splitlines()) >= 4):
         assert proc.poll() is None, "the launch ended before it could be stopped"
-        time.sleep(0.05)
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
     _, output = finish(proc)  # torchrun's own status after a signal is its business
     assert len([line for line in output.splitlines() if "received SIGTERM" in line]) == 1
     saved = sorted((part / "checkpoints").glob("step_*"))
     assert len(saved) == 1
     step = int(saved[0].name.split("_")[1])
-    assert 1 <= step < 60
+    assert 1 <= step < expected[0][-1]["step"]
     assert {p.name for p in saved[0].glob("random_states_*.pkl")} == {
         "random_states_0.pkl",
         "random_states_1.pkl",
@@ -525,45 +553,7 @@ def test_dist_sigterm_saves_on_every_rank_and_resumes_the_same_stream(tmp_path):
         assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
 
 
-# update_every 3 with a checkpoint every step: resumes land inside the policy's window
-ONLINE = [*RESUME, "data.max_examples=192", "trainer.epochs=2"]
-ONLINE += ["loader.online={policy:loss_softmax,update_every:3,options:{temperature:0.3}}"]
-
-
-def test_dist_online_mixing_same_weights_on_every_rank_and_exact_resume(tmp_path):
-    """loader.online on 2 processes, loader=random and loader=mixup (one `-m` launch): every
-    rank draws the same tasks at every step (the policy's figures are summed over the ranks,
-    so its weights agree); a resume mid-epoch 1 continues both ranks' streams and losses as the
-    run never stopped."""
-    sweep = tmp_path / "ref"
-    launch("-m", *ONLINE, "loader=random,mixup", f"hydra.sweep.dir={sweep}",
-           "hydra.sweep.subdir=${hydra.job.num}", cwd=tmp_path)  # fmt: skip
-    jobs = sweep_jobs(sweep)
-    assert len(jobs) == 2
-    for ref in jobs:
-        expected = read_trace(ref)
-        assert_ranks_in_step(expected)
-        rows = [json.loads(line) for line in (ref / "metrics.jsonl").open()]
-        moved = {
-            tuple(v for k, v in sorted(r.items()) if k.startswith("mix_weight/")) for r in rows
-        }
-        assert len(moved - {()}) > 1  # the weights moved
-        step = resume_points(expected[0])["mid-epoch 1"]
-        step -= 1 if step % 3 == 0 else 0  # inside a window of the policy, not at its end
-        loader = [o for o in yaml.safe_load((ref / ".hydra" / "overrides.yaml").read_text())
-                  if o.startswith("loader=")]  # fmt: skip
-        out = tmp_path / f"resumed-{ref.name}"
-        launch(*ONLINE, *loader, f"trainer.resume={checkpoint(ref, step)}",
-               f"hydra.run.dir={out}", cwd=tmp_path)  # fmt: skip
-        got = read_trace(out)
-        for rank in range(2):
-            assert got[rank][0]["step"] == step + 1
-            assert_same_stream(got[rank], [r for r in expected[rank] if r["step"] > step])
-
-
-# About 13 steps an epoch: exp3's weights change the counts of the steps it redraws.
-KILLED = ["loader=random", "data.max_examples=192", "trainer.epochs=2"]
-KILLED += ["trainer.checkpoint_every=1", "loader.online={policy:exp3,update_every:3}"]
+KILLED = [*ONLINE, "loader=random"]
 
 
 def kill_launch(proc: subprocess.Popen) -> None:
@@ -578,12 +568,11 @@ def kill_launch(proc: subprocess.Popen) -> None:
     psutil.wait_procs(processes, timeout=30)
 
 
-def test_dist_sigkilled_three_times_and_resumed_ends_bit_equal(tmp_path):
-    """exp3 on 2 processes: the whole launch (torchrun and both ranks) SIGKILLed at random
-    moments three times, each time resumed in its folder from its last whole checkpoint; the
-    final parameters equal the uninterrupted run's bit for bit."""
-    ref = tmp_path / "ref"
-    launch(*KILLED, f"hydra.run.dir={ref}", cwd=tmp_path)
+def test_dist_sigkilled_three_times_and_resumed_ends_bit_equal(online_runs, tmp_path):
+    """loader=random mixing online on 2 processes: the whole launch (torchrun and both ranks)
+    SIGKILLed at random moments three times, each time resumed in its folder from its last whole
+    checkpoint; the final parameters equal the uninterrupted run's bit for bit."""
+    ref = online_runs["random"]
     part, rng, kills, attempts = tmp_path / "part", random.Random(7), 0, 0
     trace = part / "trace_rank0.jsonl"
     while kills < 3:
