@@ -184,6 +184,7 @@ def main() -> None:
         "warmup": args.warmup,
         "examples_per_s": {n: round(r["examples_per_s"], 3) for n, r in rows.items()},
         "ratios": {n: round(v, 3) for n, v in ratios.items()},
+        "trainer": trainer,  # bench_vs_trainer.py's own figures
     }
     emit(figures, args.json)
 

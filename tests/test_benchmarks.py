@@ -90,7 +90,8 @@ def run_here(argv: list[str]) -> str:
     return out.getvalue()
 
 
-# Benchmarks whose own test below runs them (and checks their JSON line's name there too).
+# Benchmarks whose own test runs them (and checks their JSON line's name there too): below, or
+# tests/test_gpu_check.py for bench_vs_trainer.py (scripts/gpu_check.sh runs it, through bench_gpu).
 CHECKED_BELOW = {
     "bench_padding_efficiency.py",
     "bench_train_speed.py",
@@ -183,31 +184,6 @@ def test_train_speed_compares_any_two_samplers_with_options():
     )
     assert set(figures["examples_per_s"]) == {"block_shuffle", "token_budget:max_tokens=400"}
     assert "ratio_token_budget:max_tokens=400_vs_block_shuffle" in figures
-
-
-@pytest.mark.slow
-def test_vs_trainer_runs_each_tool_in_its_own_process_on_the_same_examples(tmp_path):
-    path = tmp_path / "vs_trainer.json"
-    lines = quick_output("bench_vs_trainer.py", "--json", str(path))
-    figures = json.loads(lines[-1])
-    assert_named(figures, "vs_trainer")
-    assert json.loads(path.read_text()) == figures
-    assert "each run in its own process; load average" in lines[0]
-    header = lines[1].split()
-    assert header[:5] == ["run", "tool", "examples", "train", "s"] and "dev" in header
-    assert [line.split()[1] for line in lines[2:4]] == ["mtl", "trainer"]
-    assert lines[4].startswith("mtl / Trainer examples/s: median ")
-    assert figures["separate_processes"] is True
-    assert figures["trainer_optim"] in ("adamw_torch_fused", "adamw_torch")
-    assert (figures["task"], figures["model"], figures["batch_size"]) == ("pydoc_topic", "tiny", 32)
-    runs = {row["tool"]: row for row in figures["runs"]}
-    assert list(runs) == ["mtl", "trainer"]
-    for row in runs.values():
-        assert row["examples"] == 128  # --quick: every one of the 128 train rows, once
-        assert row["examples_per_s"] > 0 and row["seconds"] > 0
-        assert 0 <= row["dev_accuracy"] <= 1
-    ratio = runs["mtl"]["examples_per_s"] / runs["trainer"]["examples_per_s"]
-    assert figures["ratio_mtl_vs_trainer"] == pytest.approx(ratio, rel=1e-2)
 
 
 @pytest.mark.slow

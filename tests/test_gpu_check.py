@@ -1,5 +1,6 @@
 """scripts/gpu_check.sh --cpu, as CI runs it: the GPU tests (skipped here), then every benchmark
-row at toy sizes, its table appended to the file given with --out (not docs/benchmarks.md)."""
+row at toy sizes (bench_vs_trainer.py's pair of processes among them: its figures are checked
+here), its table appended to the file given with --out (not docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing"} | {
         "mtl_vs_trainer"
     }
+    assert_vs_trainer(figures["trainer"])
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nwritten before\n")  # appended, nothing lost
     table = text.split("written before\n", 1)[1]
@@ -65,3 +67,20 @@ def test_every_gpu_test_is_in_the_file_gpu_check_runs():
     ]
     assert marked == ["tests/training/test_gpu.py"]
     assert "tests/training/test_gpu.py" in (ROOT / "scripts" / "gpu_check.sh").read_text()
+
+
+def assert_vs_trainer(figures: dict) -> None:
+    """benchmarks/bench_vs_trainer.py --quick's figures: each tool in its own process on the
+    same examples, the ratio that of their speeds."""
+    assert figures["bench"] == "vs_trainer" and figures["peer"]
+    assert figures["separate_processes"] is True
+    assert figures["trainer_optim"] in ("adamw_torch_fused", "adamw_torch")
+    assert (figures["task"], figures["model"], figures["batch_size"]) == ("pydoc_topic", "tiny", 32)
+    runs = {row["tool"]: row for row in figures["runs"]}
+    assert list(runs) == ["mtl", "trainer"]
+    for row in runs.values():
+        assert row["examples"] == 128  # --quick: every one of the 128 train rows, once
+        assert row["examples_per_s"] > 0 and row["seconds"] > 0
+        assert 0 <= row["dev_accuracy"] <= 1
+    ratio = runs["mtl"]["examples_per_s"] / runs["trainer"]["examples_per_s"]
+    assert figures["ratio_mtl_vs_trainer"] == pytest.approx(ratio, rel=1e-2)

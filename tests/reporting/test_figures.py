@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import yaml
 from matplotlib.colors import to_rgba
 
 from mtl.cli.report import main
+from mtl.cli.workspace import main as workspace_main
 from mtl.reporting import workspace
 from mtl.reporting.figures import (
     directions,
@@ -187,44 +187,35 @@ def test_sweep_report_bars_the_monitored_value_of_each_job(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
-@pytest.mark.slow  # `python -m mtl.reporting.figures` in a process of its own
 @pytest.mark.parametrize("make", ["missing", "empty", "no_jobs"])
-def test_a_folder_that_is_neither_gives_one_line(tmp_path, make):
+def test_a_folder_that_is_neither_gives_one_line(tmp_path, make, capsys):
     folder = tmp_path / "x"
     if make != "missing":
         folder.mkdir()
     if make == "no_jobs":
         (folder / "notes").mkdir()
         (folder / "notes" / "a.txt").write_text("x")
-    result = subprocess.run(
-        [sys.executable, "-m", "mtl.cli.report", str(folder)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
+    with pytest.raises(SystemExit) as stop:
+        main([str(folder)])
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mtl: error: ") and str(folder) in lines[0]
-    assert result.stdout == ""
+    assert out == ""
 
 
 def workspace_script(*args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "mtl.cli.workspace", "entity=e",
-         "project=p", "dry_run=true", *args],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    """`mtl-workspace entity=e project=p dry_run=true *args` in this process: the spec it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        workspace_main(["entity=e", "project=p", "dry_run=true", *args])
+    return json.loads(out.getvalue())
 
 
 def load_script():
     return workspace
 
 
-@pytest.mark.slow  # workspace_script: a process of its own
 def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
     script = load_script()
     spec = workspace_script(f"run={run_dir}")
@@ -246,7 +237,6 @@ def test_workspace_panels_plot_only_keys_the_trainer_logs(run_dir):
     ]
 
 
-@pytest.mark.slow  # workspace_script: a process of its own
 def test_workspace_from_task_names_matches_dev_metrics_by_pattern(run_dir):
     spec = workspace_script(f"tasks=[{','.join(TASKS)}]")
     keys = load_script().spec_keys(spec)

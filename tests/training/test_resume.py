@@ -108,14 +108,19 @@ def saving(run_dir: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_three_times_and_resumed_is_one_run(tmp_path):
+def test_killed_three_times_and_resumed_is_one_run(tmp_path, train_here):
     """SIGKILL at random moments (and inside checkpoint saves), each time resumed: one run, as
-    the run never stopped. Its tasks are mixed online (exp3 splitting each mixup step: the
-    loader's plan, the policy's state and window are in each checkpoint), the hardest mixture
-    to resume."""
+    the run never stopped (that one runs in this process, on one thread as the others). Its
+    tasks are mixed online (exp3 splitting each mixup step: the loader's plan, the policy's
+    state and window are in each checkpoint), the hardest mixture to resume."""
     full = tmp_path / "full"
-    done = train(f"output_dir={full}", *ONLINE, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the processes' OMP_NUM_THREADS=1
+    try:
+        code, err = train_here(*COMMON, f"output_dir={full}", *ONLINE)
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err[-3000:]
     part = tmp_path / "part"
     rng = random.Random(16)
     kills, in_save, attempts, taken_over = 0, 0, 0, 0
@@ -182,7 +187,9 @@ def test_killed_three_times_and_resumed_is_one_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_second_training_on_a_folder_in_use_is_refused_then_takes_over(tmp_path):
+def test_a_second_training_on_a_folder_in_use_is_refused_then_takes_over(tmp_path, train_here):
+    """The first training is a process of its own (it holds the folder, then is killed); the
+    second ones run in this process, as `mtl-train` would."""
     run_dir = tmp_path / "run"
     first = start(
         "trainer.max_steps=400", "trainer.epochs=100", f"output_dir={run_dir}", cwd=tmp_path
@@ -190,19 +197,19 @@ def test_a_second_training_on_a_folder_in_use_is_refused_then_takes_over(tmp_pat
     try:
         assert wait_for(lambda: complete_checkpoint(run_dir), first, poll=0.05)
         for again in ([f"trainer.resume={run_dir}"], ["seed=1"]):  # a resume, a new training
-            second = train(*again, f"output_dir={run_dir}", cwd=tmp_path)
-            assert second.returncode == 2
-            lines = second.stderr.strip().splitlines()
-            assert len(lines) == 1, second.stderr[-3000:]
+            code, err = train_here(*COMMON, *again, f"output_dir={run_dir}")
+            assert code == 2
+            lines = err.strip().splitlines()
+            assert len(lines) == 1, err[-3000:]
             assert lines[0].startswith(f"mtl: error: {run_dir} is in use by another training, ")
             assert f"pid {first.pid} on " in lines[0]
             assert first.poll() is None  # the first one trains on
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=60)
-    resumed = train(f"trainer.resume={run_dir}", f"output_dir={run_dir}", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    taken = [line for line in resumed.stderr.splitlines() if "taking over" in line]
+    code, err = train_here(*COMMON, f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert code == 0, err[-3000:]
+    taken = [line for line in err.splitlines() if "taking over" in line]
     assert len(taken) == 1 and f"pid {first.pid} " in taken[0]
     assert "no longer running" in taken[0]
     assert not (run_dir / LOCK).exists()
