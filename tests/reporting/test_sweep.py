@@ -28,19 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ["debug=fast", "task=[synthetic_cls]"]
 
 
-def train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
 def job_dirs(sweep: Path) -> list[Path]:
     return sorted(
         (p.parent.parent for p in sweep.glob("*/.hydra/overrides.yaml")),
@@ -69,19 +56,13 @@ def read_csv(path: Path) -> list[dict]:
 # --- Optuna ----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_optuna_sweep_of_two_trials_writes_its_best_value(tmp_path):
+def test_optuna_sweep_of_two_trials_writes_its_best_value(tmp_path, train_here):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "sweep"
-    result = train(
-        "hparams_search=mixing",
-        *DEBUG,
-        "hydra.sweeper.n_trials=2",
-        f"hydra.sweep.dir={sweep}",
-        cwd=tmp_path,
+    code, err = train_here(
+        "hparams_search=mixing", *DEBUG, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}"
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+    assert code == 0, err[-3000:]
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     jobs = job_dirs(sweep)
     assert len(jobs) == 2
@@ -106,15 +87,14 @@ def test_optuna_sweep_of_two_trials_writes_its_best_value(tmp_path):
 # --- the summary of a multirun ---------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_a_multirun_with_a_failing_job_summarizes_every_job(tmp_path):
+def test_a_multirun_with_a_failing_job_summarizes_every_job(tmp_path, train_here):
     sweep = tmp_path / "sweep"
-    result = train(
-        "-m", *DEBUG, "task.synthetic_cls.batch_size=0,8", f"hydra.sweep.dir={sweep}", cwd=tmp_path
+    code, err = train_here(
+        "-m", *DEBUG, "task.synthetic_cls.batch_size=0,8", f"hydra.sweep.dir={sweep}"
     )
     error = "task.synthetic_cls.batch_size=0 must be >= 1"
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == f"mtl: error: {error}"
+    assert code == 2, err[-3000:]
+    assert err.strip().splitlines()[-1] == f"mtl: error: {error}"
     failed, done = job_dirs(sweep)
     assert not (failed / "results.json").exists()
     assert (done / "results.json").is_file()  # the failed first job did not stop the sweep
