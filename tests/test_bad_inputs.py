@@ -123,6 +123,13 @@ CASES = [
     # model
     (["+model.foo=1"], ["unknown key model.foo", "ModelConfig has"]),
     (["model.head_dropout=2"], ["model.head_dropout=2.0 must be in [0, 1)"]),
+    (["model.peft={r:0}"], ["model.peft.r=0 must be an integer >= 1"]),
+    (["model.peft=dora"], ["model.peft=dora is not a method mtl knows; use model.peft=lora"]),
+    (["model.peft={rank:4}"], ["model.peft.rank is not a LoRA option; use r, alpha, dropout"]),
+    (
+        ["model.peft={target_modules:[nope]}"],
+        ["model.peft: Target modules {'nope'} not found", "linear layers are dense, key, query"],
+    ),
     (["+model.loss_weights.nope=1"], ["model.loss_weights names unknown task(s) ['nope']"]),
     (["model.name_or_path=not_a_model"], ["model.name_or_path: tokenizer 'not_a_model'"]),
     (["model.name_or_path=/no/such/model"], ["model.name_or_path: tokenizer '/no/such/model'"]),

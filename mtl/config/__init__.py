@@ -27,6 +27,7 @@ from mtl.config.checks import (  # noqa: F401 (check_chosen_files: a public name
 )
 from mtl.config.parts import BALANCER_SCHEMAS, LOADER_AND_SAMPLER_SCHEMAS
 from mtl.errors import MtlError, import_target
+from mtl.models.lora import check_peft
 from mtl.task_types import TaskConfig, builtin_types, task_type_class
 
 
@@ -140,10 +141,14 @@ class ModelConfig:
     # A trained mtl run (its best model, else its latest checkpoint), checkpoint or export folder:
     # its encoder and the heads of the tasks this run shares with it; new tasks get fresh heads.
     init_from: str | None = None
+    # Parameter-efficient training (mtl/models/lora.py): null (every encoder weight trains), lora,
+    # LoRA's options {r, alpha, dropout, target_modules}, or {_target_: <a peft config>, ...}.
+    peft: Any = None
 
     def check(self) -> None:
         if not 0 <= self.head_dropout < 1:
             raise MtlError(f"model.head_dropout={self.head_dropout} must be in [0, 1)")
+        check_peft(self.peft)
         for name, weight in self.loss_weights.items():
             if weight < 0:
                 raise MtlError(f"model.loss_weights.{name}={weight} must be >= 0")

@@ -42,6 +42,7 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
 from mtl.inference.trust import check_task
+from mtl.models.lora import merged_model
 from mtl.models.multitask import heads_state
 from mtl.quiet import quiet_libraries
 
@@ -157,6 +158,7 @@ def write_export(
     more, so they are made only when asked for."""
     was_training = model.training
     model.eval()
+    trained, model = model, merged_model(model)  # an adapter (model.peft) merged into a copy
 
     def fill(tmp: Path) -> None:
         _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
@@ -175,7 +177,7 @@ def write_export(
         with quiet_libraries():  # no "Writing model shards" bar once per folder
             return write_folder(out_dir, fill, ours=is_export, **check)
     finally:
-        model.train(was_training)
+        trained.train(was_training)
 
 
 def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
