@@ -1,5 +1,6 @@
 """Two CPU processes (torchrun, gloo) aggregating with UPGrad: every task's gradient averaged over
-the processes before aggregation gives the update of one process with the same global batch."""
+the processes before aggregation gives the update of one process with the same global batch, for
+the whole model and for a LoRA adapter (model.peft=lora)."""
 
 from __future__ import annotations
 
@@ -46,28 +47,32 @@ def losses(run_dir: Path) -> dict[int, dict[str, float]]:
 
 
 def test_two_processes_give_the_update_of_one_with_the_same_global_batch(tmp_path):
-    two = tmp_path / "two"
+    """The whole model trained, and one LoRA adapter on it (model.peft=lora: the per-task
+    gradients are the adapter's): one `-m` launch of the two."""
+    sweep = tmp_path / "two"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [*TORCHRUN, str(ROOT / "train.py"), *COMMON, *batch_size(8), "trainer.trace=true",
-         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
+        [*TORCHRUN, str(ROOT / "train.py"), "-m", *COMMON, *batch_size(8), "trainer.trace=true",
+         "trainer.dist_timeout_s=30", "model.peft=null,{dropout:0}", f"hydra.sweep.dir={sweep}",
+         "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for rank in (0, 1):  # it ran as one run of 2 processes
-        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
-        assert header["world"] == 2 and header["rank"] == rank
-
-    one_cfg = compose_config(*COMMON, *batch_size(16), f"output_dir={tmp_path / 'one'}")
-    run(one_cfg)
-
-    step = "checkpoints/step_0000002"
-    one, _ = trained_weights(str(tmp_path / "one" / step))
-    both, _ = trained_weights(str(two / step))
-    assert one.keys() == both.keys()
-    for key in one:  # AdamW's first steps are ±lr where a gradient is nearly 0: lr is the scale
-        torch.testing.assert_close(both[key], one[key], rtol=0, atol=2e-5, msg=key)
-    one_losses, two_losses = losses(tmp_path / "one"), losses(two)
-    assert sorted(one_losses) == sorted(two_losses) == [1, 2]
-    for step_losses in one_losses:
-        assert two_losses[step_losses] == pytest.approx(one_losses[step_losses], rel=1e-4)
+    for job, peft in enumerate(["null", "{dropout:0}"]):  # LoRA without its dropout
+        two = sweep / str(job)
+        for rank in (0, 1):  # it ran as one run of 2 processes
+            header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
+            assert header["world"] == 2 and header["rank"] == rank
+        one_dir = tmp_path / f"one-{job}"
+        run(compose_config(*COMMON, *batch_size(16), f"model.peft={peft}", f"output_dir={one_dir}"))
+        step = "checkpoints/step_0000002"
+        one, _ = trained_weights(str(one_dir / step))
+        both, _ = trained_weights(str(two / step))
+        assert one.keys() == both.keys()
+        assert any(".lora_" in key for key in one) == (peft != "null")
+        for key in one:  # AdamW's first steps are ±lr where a gradient is nearly 0: lr the scale
+            torch.testing.assert_close(both[key], one[key], rtol=0, atol=2e-5, msg=key)
+        one_losses, two_losses = losses(one_dir), losses(two)
+        assert sorted(one_losses) == sorted(two_losses) == [1, 2]
+        for step_losses in one_losses:
+            assert two_losses[step_losses] == pytest.approx(one_losses[step_losses], rel=1e-4)

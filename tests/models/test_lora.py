@@ -75,8 +75,9 @@ def test_what_trains_is_peft_s_adapter_and_the_heads(trained):
 
 
 def test_every_task_type_trains_and_only_the_adapter_and_heads_move(trained):
-    _, run_dir = trained
+    results, run_dir = trained
     assert trained_tasks(run_dir) == set(TASKS)
+    assert results.model.packed.supported  # mixup's steps ran packed through the adapter
     before, after = weights(run_dir, 2), weights(run_dir, 4)
     assert before.keys() == after.keys()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
