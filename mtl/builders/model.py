@@ -55,6 +55,11 @@ def init_from(model: MultiTaskModel, path: str) -> None:
     """Load a trained model's encoder and the heads of the tasks both share (the MT-DNN
     workflow: train on many tasks, then fine-tune on one); other heads stay fresh."""
     state, source = trained_weights(path)
+    if any(".base_model.model." in key for key in state):  # a model.peft run's weights
+        raise MtlError(
+            f"model.init_from={path}: that run trained an adapter (model.peft); start from its "
+            "export (<run>/export, or mtl-export it), which holds the adapter merged"
+        )
     own = model.state_dict()
     missing = [k for k in own if head_task(k) is None and k not in state]
     if missing:

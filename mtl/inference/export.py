@@ -42,7 +42,7 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
 from mtl.inference.trust import check_task
-from mtl.models.lora import merged_model
+from mtl.models.lora import frozen_keys, merged_model
 from mtl.models.multitask import heads_state
 from mtl.quiet import quiet_libraries
 
@@ -86,8 +86,11 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     for name, task in (cfg.get("task") or {}).items():
         check_task(name, OmegaConf.to_container(task), trust=trust_custom_code)
     settings = validate(cfg)
-    # the trained weights replace the base model's: build from its config alone (no load report)
-    built = dataclasses.replace(settings.model, init_from=None, random_init=True)
+    # the trained weights replace the base model's: build from its config alone (no load report),
+    # unless an adapter trained (model.peft): a step checkpoint holds what trained, not the base
+    adapted = settings.model.peft is not None
+    random_init = settings.model.random_init if adapted else True
+    built = dataclasses.replace(settings.model, init_from=None, random_init=random_init)
     settings = dataclasses.replace(settings, model=built)
     base = settings.model.tokenizer or settings.model.name_or_path
     if base and base.startswith((".", "/", "~")) and not Path(base).expanduser().exists():
@@ -100,7 +103,9 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0), labels)
     model = build_model(settings, tasks)
     try:
-        model.load_state_dict(state)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - frozen_keys(model):
+            model.load_state_dict(state)  # raises: which weights miss or do not fit
     except RuntimeError as err:
         raise MtlError(
             f"model={path}: the saved weights do not fit the run's config "

@@ -105,6 +105,24 @@ def is_adapted(encoder: nn.Module) -> bool:
     return hasattr(encoder, "peft_config") and hasattr(encoder, "merge_and_unload")
 
 
+def frozen_keys(model: nn.Module) -> set[str]:
+    """The state-dict keys of the parameters that do not train, when the encoder carries an
+    adapter: what a step checkpoint leaves out (the base model's own weights, which
+    `model.name_or_path` holds); empty otherwise (a checkpoint holds every weight)."""
+    if not is_adapted(model.encoder):
+        return set()
+    named = model.named_parameters(remove_duplicate=False)
+    return {name for name, p in named if not p.requires_grad}
+
+
+def without_frozen(model: nn.Module, state: dict) -> None:
+    """Drop `frozen_keys(model)` from `state` in place (a prepared model's state may prefix its
+    keys with `module.`)."""
+    frozen = frozen_keys(model)
+    for key in [k for k in state if k in frozen or k.removeprefix("module.") in frozen]:
+        del state[key]
+
+
 def merged_model(model: nn.Module) -> nn.Module:
     """`model` itself when its encoder carries no adapter; else a copy whose encoder has the
     adapter merged into its weights."""

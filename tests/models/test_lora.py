@@ -9,6 +9,7 @@ model did.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import sys
 from pathlib import Path
@@ -16,11 +17,14 @@ from pathlib import Path
 import peft
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import mtl
 from mtl.cli.job import train
-from mtl.models.lora import is_adapted
+from mtl.errors import MtlError
+from mtl.models import load_encoder_and_pooler
+from mtl.models.lora import frozen_keys, is_adapted
 from mtl.models.multitask import head_task
 from mtl.models.tiny import save_tiny_model
 from tests.conftest import compose_config
@@ -45,10 +49,11 @@ def lora_run(root: Path, model_type: str, *overrides: str):
     folder)."""
     model = save_tiny_model(model_type, root / "model")
     out = root / "run"
+    cfg = compose_config(*RUN, f"model.name_or_path={model}", f"output_dir={out}", *overrides)
     with contextlib.redirect_stderr(io.StringIO()):
-        results = train(
-            compose_config(*RUN, f"model.name_or_path={model}", f"output_dir={out}", *overrides)
-        )
+        results = train(cfg)
+    (out / ".hydra").mkdir()
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")  # as Hydra writes it for mtl-train
     return results, out
 
 
@@ -79,12 +84,27 @@ def test_every_task_type_trains_and_only_the_adapter_and_heads_move(trained):
     assert trained_tasks(run_dir) == set(TASKS)
     assert results.model.packed.supported  # mixup's steps ran packed through the adapter
     before, after = weights(run_dir, 2), weights(run_dir, 4)
-    assert before.keys() == after.keys()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
-    frozen = {k for k in before if ".lora_" not in k and head_task(k) is None}
-    assert frozen and not moved & frozen  # the encoder's own weights: bit-equal
     assert any(".lora_B." in k for k in moved)  # B starts at zero: it moved from there
     assert {head_task(k) for k in moved} - {None} == set(TASKS)
+    # the encoder's own weights: bit-equal to the base model's
+    base, _ = load_encoder_and_pooler(results.settings.model.name_or_path)
+    adapted = results.model.encoder.get_base_model().state_dict()
+    own = {k.replace(".base_layer.", "."): v for k, v in adapted.items() if ".lora_" not in k}
+    assert own.keys() == base.state_dict().keys()
+    assert all(torch.equal(own[k], v) for k, v in base.state_dict().items())
+
+
+def test_a_step_checkpoint_holds_what_trains_and_not_the_base(trained):
+    results, run_dir = trained
+    frozen = frozen_keys(results.model)
+    saved = weights(run_dir, 4)
+    assert frozen and not frozen & saved.keys()
+    trainable = {n for n, p in results.model.named_parameters() if p.requires_grad}
+    assert trainable <= saved.keys() <= set(results.model.state_dict())
+    optimizer = torch.load(run_dir / "checkpoints" / "step_0000004" / "optimizer.bin")
+    moments = [s["exp_avg"].numel() for s in optimizer["state"].values()]
+    assert sum(moments) == sum(p.numel() for p in results.model.parameters() if p.requires_grad)
 
 
 def test_a_resumed_run_ends_bit_equal(trained, tmp_path):
@@ -129,3 +149,29 @@ def test_model_peft_without_peft_installed_is_one_line(train_here, tmp_path, mon
         'with: pip install "mtl-train[peft]"'
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_step_checkpoint_loads_with_the_base_it_left_out(trained):
+    """mtl.load_model of a step checkpoint (it holds what trains) predicts as the run's model
+    with that step's adapter and heads on its frozen base."""
+    results, run_dir = trained
+    loaded = mtl.load_model(run_dir / "checkpoints" / "step_0000004")
+    expected = copy.deepcopy(results.model)  # its base: the base model's (checked above)
+    missing, unexpected = expected.load_state_dict(weights(run_dir, 4), strict=False)
+    assert not unexpected and set(missing) == frozen_keys(expected)
+    expected.eval()
+    for name in ("synthetic_cls", "synthetic_tag"):
+        batch = mtl_batch(loaded, name, input_rows(name))
+        with torch.no_grad():
+            want = expected.logits(batch)[name]
+            got = loaded.model.logits(batch)[name]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_init_from_a_lora_run_names_its_export(trained, tmp_path):
+    _, run_dir = trained
+    cfg = compose_config(
+        "debug=fast", f"model.init_from={run_dir}", f"output_dir={tmp_path / 'run'}"
+    )
+    with pytest.raises(MtlError, match="that run trained an adapter .model.peft.; start from its "):
+        train(cfg)

@@ -57,6 +57,7 @@ from mtl.builders.weights import (
     step_folders,
 )
 from mtl.errors import MtlError
+from mtl.models.lora import frozen_keys, without_frozen
 
 
 def save_checkpoint(
@@ -199,6 +200,21 @@ def save_best(
         _put_in_place(tmp, final)
     accelerator.wait_for_everyone()
     return final
+
+
+def save_trainable_only(accelerator, model) -> None:
+    """With an adapter on the encoder (`model.peft`), each step checkpoint's model file holds the
+    parameters that train (the adapter's, the heads') and the buffers, not the frozen base
+    (`mtl.models.lora.frozen_keys`): the resume reads the base from `model.name_or_path` again.
+    `checkpoints/best` keeps every weight (exports and `model.init_from` read it whole)."""
+    if not frozen_keys(accelerator.unwrap_model(model)):
+        return
+
+    def hook(models: list, weights: list[dict], output_dir: str) -> None:
+        for prepared, state in zip(models, weights, strict=False):
+            without_frozen(accelerator.unwrap_model(prepared), state)
+
+    accelerator.register_save_state_pre_hook(hook)
 
 
 def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | None) -> None:

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from mtl.builders.weights import DESCRIPTION
 from mtl.config import Settings
 from mtl.errors import MtlError
+from mtl.models.lora import frozen_keys
 from mtl.models.multitask import head_task
 
 DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
@@ -59,6 +60,8 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     if shapes is None:
         return
     here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    for key in frozen_keys(model) - shapes.keys():  # model.peft: the base is not in a checkpoint
+        del here[key]
     saved_tasks = sorted({head_task(k) for k in shapes} - {None})
     run_tasks = sorted({head_task(k) for k in here} - {None})
     if saved_tasks != run_tasks:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl.builders.weights import MARKER, resolve_checkpoint
 from mtl.config import flat
 from mtl.errors import MtlError
+from mtl.models.lora import frozen_keys
 from mtl.training.checkpoints.checkpoint import carry_best
 from mtl.training.checkpoints.compatible import check_compatible, unreadable
 from mtl.training.checkpoints.trusted import check_data_only
@@ -56,12 +57,14 @@ class Start:
         if self.checkpoint is not None:
             check_compatible(self.checkpoint, model, description, self.option)
 
-    def restore(self, accelerator, run_dir: Path, state) -> None:
+    def restore(self, accelerator, model, run_dir: Path, state) -> None:
         """Load the checkpoint (every registered object, `state` too); resuming into another
         folder brings the source run's best model along."""
         if self.checkpoint is None:
             return
-        load_checkpoint(accelerator, self.checkpoint, self.option)
+        # model.peft: the checkpoint holds what trains (checked by `check`), the rest is the base's
+        slim = bool(frozen_keys(accelerator.unwrap_model(model)))
+        load_checkpoint(accelerator, self.checkpoint, self.option, strict=not slim)
         if not self.same_run:
             carry_best(accelerator, run_of(self.checkpoint), run_dir, state.best_step)
 
@@ -179,12 +182,13 @@ def _value(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def load_checkpoint(accelerator, checkpoint: str, option: str) -> None:
+def load_checkpoint(accelerator, checkpoint: str, option: str, strict: bool = True) -> None:
     """`accelerator.load_state` of a checkpoint whose files are data only (`check_data_only`); a
-    damaged file (right size, wrong contents) is one line."""
+    damaged file (right size, wrong contents) is one line. `strict=False`: the model file may
+    leave out weights (the frozen base of `model.peft`; `check_compatible` checked the rest)."""
     check_data_only(Path(checkpoint), option)
     try:
-        accelerator.load_state(checkpoint)
+        accelerator.load_state(checkpoint, **({} if strict else {"strict": False}))
     except MtlError:
         raise
     except Exception as err:

@@ -21,6 +21,7 @@ from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import task_dataset
 from mtl.errors import MtlError
+from mtl.training.checkpoints.checkpoint import save_trainable_only
 from mtl.training.checkpoints.compatible import describe
 from mtl.training.checkpoints.resume import find_start
 from mtl.training.hooks import Hooks, ProgressBar
@@ -76,11 +77,12 @@ def build_run(settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]
     balancer = build_balancer(settings, tasks, loader, accelerator)
     optimizer, scheduler = build_optimizer(model, balancer, t, total_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    save_trainable_only(accelerator, model)  # model.peft: the frozen base is model.name_or_path
     state = TrainState(list(tasks))
     accelerator.register_for_checkpointing(loader, state)
     if balancer.state_dict():  # its parameters or running state (resume stays exact)
         accelerator.register_for_checkpointing(balancer)
-    start.restore(accelerator, run_dir, state)
+    start.restore(accelerator, model, run_dir, state)
     logger = make_logger(settings, accelerator, start.rewind(state))
     if accelerator.is_main_process:
         resumed = f" (resuming at step {state.step})" if start.checkpoint else ""
