@@ -22,12 +22,9 @@ and one JSON line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import resource
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import torch
@@ -37,7 +34,9 @@ from harness import (
     emit,
     first_steps,
     parser,
+    peak_rss,
     ratios,
+    reset_peak,
     run_child,
     table,
 )
@@ -84,19 +83,6 @@ def setup(args):
     model = build_model(settings, tasks)
     model.eval()  # dropout off: every row computes the same first step
     return overrides, tasks, batches, model
-
-
-def peak_rss() -> int:
-    """The process's peak RSS in bytes since the last `reset_peak` (Linux: VmHWM)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak() -> None:
-    with contextlib.suppress(OSError):  # Linux: "5" resets the peak RSS to the current RSS
-        Path("/proc/self/clear_refs").write_text("5")
 
 
 def child(args, name: str) -> None:

@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,19 @@ def quiet_transformers() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+
+
+def peak_rss() -> int:
+    """The process's peak RSS in bytes since the last `reset_peak` (Linux: VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak() -> None:
+    with contextlib.suppress(OSError):  # Linux: "5" resets the peak RSS to the current RSS
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 def run_child(argv: list[str], env: dict[str, str] | None = None) -> Any:

@@ -38,6 +38,7 @@ BENCHMARKS = {
     "bench_mixtures.py": "mixtures",
     "bench_online.py": "online",
     "bench_startup.py": "startup",
+    "bench_peft.py": "peft",
 }
 
 
@@ -53,6 +54,7 @@ OWN_PROCESS = {
     "bench_mixup_memory.py",
     "bench_balancers.py",
     "bench_vs_trainer.py",
+    "bench_peft.py",
 }
 
 

@@ -52,8 +52,9 @@ SIZES = {
 }
 
 
-def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
-    """A tiny random `model_type` model and the MiniLM tokenizer, saved in `folder`."""
+def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0, **sizes: int) -> Path:
+    """A tiny random `model_type` model and the MiniLM tokenizer, saved in `folder`; `sizes`
+    replace the config's size keys (a larger model of the same shape)."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -77,8 +78,7 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0) -> Path:
         eos_token_id=eos,
         cls_token_id=ids["cls"],
         sep_token_id=ids["sep"],
-        **keys,
-        **TINY[model_type],
+        **{**keys, **TINY[model_type], **sizes},
     )
     torch.manual_seed(seed)
     model = AutoModel.from_config(config)

@@ -1,0 +1,151 @@
+"""Full fine-tuning against one shared LoRA adapter (`model.peft=lora`): step time, peak memory,
+checkpoint and export size, for MiniLM and a larger Qwen2-shaped decoder.
+
+Each row is one `python train.py` run of `--steps` optimizer steps in a process of its own (so
+its peak RSS is its own: Linux's VmHWM over the RSS before the first step, MiB) on the default
+three tasks under loader=mixup (max_length 128): MiniLM (the packaged pretrained model, 22.7M
+parameters) and a random Qwen2-shaped model (hidden 512, 8 layers, 8 heads with 2 key-value heads,
+MLP 1536, about 40M parameters). Step time: the median over the steps after `--warmup`; the
+checkpoint: the step checkpoint folder at the last step (model, optimizer, loader and random
+states); the export: `<run>/export` (the adapter merged: as large as a full model's). The peer:
+full fine-tuning of the same model.
+
+    python benchmarks/bench_peft.py [--steps 12] [--warmup 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from harness import (
+    LoopClock,
+    compose,
+    emit,
+    parser,
+    peak_rss,
+    quiet_transformers,
+    reset_peak,
+    run_child,
+    scratch,
+    table,
+)
+
+MODES = {"full": [], "lora": ["model.peft=lora"]}
+QWEN2 = {  # Qwen2-shaped, random: hidden 512, 8 layers
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 1536,
+}
+
+
+def folder_mib(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+
+
+def save_qwen2(folder: Path, quick: bool) -> Path:
+    """A random Qwen2-shaped model with the MiniLM tokenizer (the tiny one with --quick)."""
+    from mtl.models.tiny import save_tiny_model
+
+    return save_tiny_model("qwen2", folder, **({} if quick else QWEN2))
+
+
+def child(args: argparse.Namespace) -> None:
+    """One run (`--child MODEL MODE`): prints its figures as one JSON line."""
+    import psutil
+
+    from mtl.cli.job import train  # the run and its export, as train.py
+
+    model, mode, work = args.child
+    overrides = [
+        "loader=mixup",
+        "logger=none",
+        "trainer.progress_bar=false",
+        "trainer.epochs=100",
+        f"trainer.max_steps={args.steps}",
+        f"trainer.checkpoint_every={args.steps}",
+        "trainer.eval_every=null",
+        "trainer.diagnose_every=0",
+        "data.max_examples=64" if args.quick else "data.max_examples=400",
+        f"output_dir={work}",
+        *MODES[mode],
+    ]
+    if model == "tiny":
+        overrides.append("model=tiny")
+    elif model != "minilm":
+        overrides += [f"model.name_or_path={model}", "model.family=decoder"]
+    if not args.quick:
+        overrides += [f"task.{t}.max_length=128" for t in ("pydoc_topic", "pydoc_code")]
+        overrides.append("task.pydoc_code_share.max_length=128")
+    clock = LoopClock()
+    base = psutil.Process().memory_info().rss
+    reset_peak()
+    results = train(compose(overrides), hooks=[clock])
+    steps = [b - a for a, b in zip(clock.marks, [*clock.marks[1:], clock.end], strict=True)]
+    trainable = sum(p.numel() for p in results.model.parameters() if p.requires_grad)
+    checkpoint = Path(work) / "checkpoints" / f"step_{args.steps:07d}"
+    figures = {
+        "ms_per_step": 1000 * statistics.median(steps[args.warmup :]),
+        "peak_mib": max(peak_rss() - base, 0) / 2**20,
+        "checkpoint_mib": folder_mib(checkpoint),
+        "export_mib": folder_mib(Path(work) / "export"),
+        "trainable": trainable,
+        "parameters": sum(p.numel() for p in results.model.parameters()),
+    }
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    quick = "the tiny model and a tiny Qwen2, 4 steps, 64 examples per task"
+    p = parser(__doc__, quick, threads=2)
+    p.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the median")
+    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.warmup = 4, 1
+    import torch
+
+    torch.set_num_threads(args.threads)
+    quiet_transformers()
+    if args.child:
+        return child(args)
+    rows = {}
+    with scratch("bench_peft_") as work:
+        qwen2 = save_qwen2(work / "qwen2", args.quick)
+        models = {"tiny" if args.quick else "minilm": None, "qwen2-shaped": str(qwen2)}
+        for label, model in models.items():
+            for mode in MODES:
+                argv = [__file__, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+                argv += ["--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+                argv += ["--child", model or label, mode, str(work / f"{label}-{mode}")]
+                rows[f"{label} {mode}"] = run_child(argv)
+                print(f"{label} {mode}: done", file=sys.stderr)
+    table(
+        ["row", "trainable", "ms/step", "peak MiB", "checkpoint MiB", "export MiB"],
+        [[n, r["trainable"], r["ms_per_step"], r["peak_mib"], r["checkpoint_mib"],
+          r["export_mib"]] for n, r in rows.items()],
+        [0, 0, 1, 1, 2, 2],
+    )  # fmt: skip
+    ratios = {}
+    for label in models:
+        full, lora = rows[f"{label} full"], rows[f"{label} lora"]
+        ratios[label] = {k: lora[k] / full[k] for k in ("ms_per_step", "checkpoint_mib")}
+        print(
+            f"{label}: lora / full step time {ratios[label]['ms_per_step']:.2f}x, "
+            f"checkpoint {ratios[label]['checkpoint_mib']:.3f}x"
+        )
+    emit(
+        {"bench": "peft", "peer": "full fine-tuning of the same model", "rows": rows,
+         "ratios": ratios, "steps": args.steps},
+        args.json,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
