@@ -1,4 +1,4 @@
-"""The speed paths side by side in one run: sampler, precision, compile, packing, the Trainer.
+"""The speed paths side by side in one run: sampler, precision, compile, packing, LoRA, Trainer.
 
 Every row trains with the real loop (`mtl.training.loop.run` on the composed config, as
 `train.py` would) on the same data and seed and times its steps with the loop's `batches` hook
@@ -10,6 +10,7 @@ timed); evaluation and checkpoints at the end are not timed. Each comparison nam
 - precision: fp32 vs `trainer.mixed_precision=bf16` (block_shuffle)
 - compile: eager vs `trainer.compile=true` (block_shuffle, bf16)
 - packing: `loader=mixup` over five bundled tasks, `model.pack=false` vs packed (bf16)
+- lora: the whole model trained vs one LoRA adapter (`model.peft=lora`; block_shuffle, bf16)
 - Trainer: `benchmarks/bench_vs_trainer.py` in processes of its own (each tool one process).
 
 The encoder is BERT-base-sized and randomly initialised (12 layers, hidden 768, 12 heads,
@@ -56,6 +57,7 @@ ROWS = {
     "block_shuffle bf16": (ONE_TASK, BF16),
     "mixup padded bf16": (MIXUP, ["loader=mixup", *BF16, "model.pack=false"]),
     "mixup packed bf16": (MIXUP, ["loader=mixup", *BF16]),
+    "block_shuffle bf16 lora": (ONE_TASK, [*BF16, "model.peft=lora"]),
     "block_shuffle bf16 compiled": (ONE_TASK, [*BF16, "trainer.compile=true"]),  # last: compiles
 }
 COMPARISONS = {
@@ -63,6 +65,7 @@ COMPARISONS = {
     "precision": ("block_shuffle fp32", "block_shuffle bf16"),
     "compile": ("block_shuffle bf16", "block_shuffle bf16 compiled"),
     "packing": ("mixup padded bf16", "mixup packed bf16"),
+    "lora": ("block_shuffle bf16", "block_shuffle bf16 lora"),
 }
 
 
@@ -177,7 +180,8 @@ def main() -> None:
             out.write(markdown(device, args, rows, ratios, trainer))
     figures = {
         "bench": "gpu",
-        "peer": "per comparison: random sampler, fp32, eager, padded mixup, HF Trainer",
+        "peer": "per comparison: random sampler, fp32, eager, padded mixup, the whole model, "
+        "HF Trainer",
         "device": device,
         "model": "tiny" if args.quick else "bert-base-sized",
         "steps": args.steps,

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ["random fp32", "block_shuffle fp32", "block_shuffle bf16", "mixup padded bf16"]
-ROWS += ["mixup packed bf16", "block_shuffle bf16 compiled"]
+ROWS += ["mixup packed bf16", "block_shuffle bf16 lora", "block_shuffle bf16 compiled"]
 
 
 @pytest.mark.slow
@@ -36,7 +36,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert figures["bench"] == "gpu" and figures["model"] == "tiny"
     assert list(figures["examples_per_s"]) == ROWS
     assert all(v > 0 for v in figures["examples_per_s"].values())
-    assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing"} | {
+    assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing", "lora"} | {
         "mtl_vs_trainer"
     }
     assert_vs_trainer(figures["trainer"])
@@ -44,7 +44,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert text.startswith("# Benchmarks\n\nwritten before\n")  # appended, nothing lost
     table = text.split("written before\n", 1)[1]
     assert "### CPU, 1 torch threads" in table
-    for comparison in ("sampler", "precision", "compile", "packing", "mtl vs Trainer"):
+    for comparison in ("sampler", "precision", "compile", "packing", "lora", "mtl vs Trainer"):
         assert f"| {comparison}" in table
     assert (ROOT / "docs" / "benchmarks.md").read_text() == docs  # the real file untouched
 
