@@ -28,20 +28,11 @@ from mtl.models.lora import frozen_keys, is_adapted
 from mtl.models.multitask import head_task
 from mtl.models.tiny import save_tiny_model
 from tests.conftest import compose_config
-from tests.models.test_families import TASKS, input_rows, mtl_batch, trained_tasks
+from tests.models.test_families import MIXUP, TASKS, input_rows, mtl_batch, trained_tasks
 
-RUN = [
-    "debug=fast",
-    "model=minilm",
-    f"task=[{','.join(TASKS)}]",
-    "loader=mixup",
-    "data.max_examples=48",
-    "trainer.epochs=2",
-    "trainer.max_steps=4",
-    "trainer.checkpoint_every=2",
-    "trainer.keep_last=null",
-    "model.peft=lora",
-]
+# test_families' mixup run of every task type, with its export (written at the end), and LoRA
+RUN = ["debug=fast", "model=minilm", f"task=[{','.join(TASKS)}]", "model.peft=lora"]
+RUN += [o for o in MIXUP if o != "trainer.export=false"]
 
 
 def lora_run(root: Path, model_type: str, *overrides: str):
