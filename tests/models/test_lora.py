@@ -14,7 +14,6 @@ import io
 import sys
 from pathlib import Path
 
-import peft
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -29,6 +28,8 @@ from mtl.models.multitask import head_task
 from mtl.models.tiny import save_tiny_model
 from tests.conftest import compose_config
 from tests.models.test_families import MIXUP, TASKS, input_rows, mtl_batch, trained_tasks
+
+peft = pytest.importorskip("peft")  # the extra mtl-train[peft] (dev installs it)
 
 # test_families' mixup run of every task type, with its export (written at the end), and LoRA
 RUN = ["debug=fast", "model=minilm", f"task=[{','.join(TASKS)}]", "model.peft=lora"]
