@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from mtl.builders.weights import trained_weights
 from mtl.config import Settings
 from mtl.data import Task
-from mtl.errors import MtlError, env_rank, import_target
+from mtl.errors import MtlError, env_rank
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.heads import init_poolers
-from mtl.models.lora import add_adapter, lora_config, peft_module
+from mtl.models.lora import add_adapter, peft_config
 from mtl.models.multitask import head_task
 
 
@@ -35,20 +33,6 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     if m.peft is not None:  # after init_from: a trained model's weights, then the adapter
         model.encoder = add_adapter(model.encoder, peft_config(m.peft))
     return model
-
-
-def peft_config(spec: Any) -> Any:
-    """`model.peft`: `lora` or LoRA's options (`mtl.models.lora`), or any peft config named by
-    its `_target_`."""
-    if isinstance(spec, Mapping) and "_target_" in spec:
-        peft_module()  # peft missing: the line that names its install command
-        target = import_target(spec["_target_"], "model.peft._target_")
-        options = {k: v for k, v in spec.items() if k != "_target_"}
-        try:
-            return target(**options)
-        except (TypeError, ValueError) as err:
-            raise MtlError(f"model.peft: {str(err).splitlines()[0]}") from None
-    return lora_config(spec)
 
 
 def init_from(model: MultiTaskModel, path: str) -> None:

@@ -18,6 +18,7 @@ at once (a training's second one: the first saves a checkpoint) is the line `mtl
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
 import re
@@ -46,17 +47,12 @@ NO_ROOM = (
 )
 
 
+@functools.cache  # registered once a process
 def freeze_at_exit() -> None:
     """At exit, leave the objects the process made to the OS: the last garbage collection would
     walk every object of torch's and transformers' modules (over a second of each command's exit
-    on a laptop core). Files are closed and atexit handlers run as before; registered once."""
-    global _FREEZE_REGISTERED
-    if not _FREEZE_REGISTERED:
-        atexit.register(gc.freeze)  # registered first: runs after every later handler
-        _FREEZE_REGISTERED = True
-
-
-_FREEZE_REGISTERED = False
+    on a laptop core). Files are closed and atexit handlers run as before."""
+    atexit.register(gc.freeze)  # registered first: runs after every later handler
 
 
 class _OneLineErrors(ContextDecorator):

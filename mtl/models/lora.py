@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from mtl.errors import MtlError
+from mtl.errors import MtlError, import_target
 
 INSTALL = 'install it with: pip install "mtl-train[peft]"'
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": None}
@@ -72,9 +72,17 @@ def check_peft(spec: Any) -> None:
         raise MtlError(f"model.peft.dropout={given['dropout']} must be in [0, 1)")
 
 
-def lora_config(spec: Mapping[str, Any] | str) -> Any:
-    """peft's LoraConfig from `model.peft` (`lora`, or a mapping of LORA's keys)."""
+def peft_config(spec: Mapping[str, Any] | str) -> Any:
+    """The peft config `model.peft` names: LoraConfig from `lora` or LORA's keys, or the class
+    its `_target_` names made with its other keys."""
     check_peft(spec)
+    if isinstance(spec, Mapping) and "_target_" in spec:
+        target = import_target(spec["_target_"], "model.peft._target_")
+        options = {k: v for k, v in spec.items() if k != "_target_"}
+        try:
+            return target(**options)
+        except (TypeError, ValueError) as err:
+            raise MtlError(f"model.peft: {str(err).splitlines()[0]}") from None
     given = {**LORA, **({} if isinstance(spec, str) else spec)}
     targets = given["target_modules"]
     return peft_module().LoraConfig(
