@@ -108,10 +108,11 @@ def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> 
 
 
 def trainer_row(args: argparse.Namespace) -> dict:
-    """bench_vs_trainer.py, one pair of processes (MiniLM; the tiny model with --quick)."""
+    """bench_vs_trainer.py, one pair of processes (MiniLM; the tiny model with --quick); its
+    table printed before this script's."""
     script = Path(__file__).with_name("bench_vs_trainer.py")
     argv = [str(script), "--repeats", "1", "--threads", str(args.threads)]
-    return run_child(argv + (["--quick"] if args.quick else []))
+    return run_child(argv + (["--quick"] if args.quick else []), echo=True)
 
 
 def markdown(device: str, args, rows: dict, ratios: dict, trainer: dict) -> str:

@@ -197,13 +197,16 @@ def reset_peak() -> None:
         Path("/proc/self/clear_refs").write_text("5")
 
 
-def run_child(argv: list[str], env: dict[str, str] | None = None) -> Any:
+def run_child(argv: list[str], env: dict[str, str] | None = None, echo: bool = False) -> Any:
     """Run `python argv` in a fresh process (so its memory figures are its own) and return the
-    JSON of its last line."""
+    JSON of its last line; `echo`: print the lines before it (the child's table) here too."""
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(done.stderr[-2000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    *lines, last = done.stdout.strip().splitlines()
+    if echo:
+        print("\n".join(lines))
+    return json.loads(last)
 
 
 # -- shared fixtures -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing", "lora"} | {
         "mtl_vs_trainer"
     }
-    assert_vs_trainer(figures["trainer"])
+    assert_vs_trainer(figures["trainer"], done.stdout.splitlines())
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nwritten before\n")  # appended, nothing lost
     table = text.split("written before\n", 1)[1]
@@ -69,9 +69,14 @@ def test_every_gpu_test_is_in_the_file_gpu_check_runs():
     assert "tests/training/test_gpu.py" in (ROOT / "scripts" / "gpu_check.sh").read_text()
 
 
-def assert_vs_trainer(figures: dict) -> None:
-    """benchmarks/bench_vs_trainer.py --quick's figures: each tool in its own process on the
-    same examples, the ratio that of their speeds."""
+def assert_vs_trainer(figures: dict, lines: list[str]) -> None:
+    """benchmarks/bench_vs_trainer.py --quick's figures and table (printed first): each tool in
+    its own process on the same examples, the ratio that of their speeds."""
+    first = next(i for i, line in enumerate(lines) if "own process; load average" in line)
+    header = lines[first + 1].split()
+    assert header[:5] == ["run", "tool", "examples", "train", "s"] and "dev" in header
+    assert [line.split()[1] for line in lines[first + 2 : first + 4]] == ["mtl", "trainer"]
+    assert lines[first + 4].startswith("mtl / Trainer examples/s: median ")
     assert figures["bench"] == "vs_trainer" and figures["peer"]
     assert figures["separate_processes"] is True
     assert figures["trainer_optim"] in ("adamw_torch_fused", "adamw_torch")
