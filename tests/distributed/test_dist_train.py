@@ -568,14 +568,15 @@ def kill_launch(proc: subprocess.Popen) -> None:
     psutil.wait_procs(processes, timeout=30)
 
 
-def test_dist_sigkilled_three_times_and_resumed_ends_bit_equal(online_runs, tmp_path):
+def test_dist_sigkilled_and_resumed_ends_bit_equal(online_runs, tmp_path):
     """loader=random mixing online on 2 processes: the whole launch (torchrun and both ranks)
-    SIGKILLed at random moments three times, each time resumed in its folder from its last whole
-    checkpoint; the final parameters equal the uninterrupted run's bit for bit."""
+    SIGKILLed at a random moment, resumed in its folder from its last whole checkpoint; the
+    final parameters equal the uninterrupted run's bit for bit. (Killed and resumed three times
+    over: tests/training/test_resume.py, one process.)"""
     ref = online_runs["random"]
     part, rng, kills, attempts = tmp_path / "part", random.Random(7), 0, 0
     trace = part / "trace_rank0.jsonl"
-    while kills < 3:
+    while kills < 1:
         attempts += 1
         assert attempts < 10, "the launch kept finishing before it could be killed"
         resume = [f"trainer.resume={part}"] if list(part.glob("checkpoints/step_*/mtl_*")) else []
