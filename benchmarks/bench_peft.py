@@ -1,5 +1,7 @@
-"""Full fine-tuning against one shared LoRA adapter (`model.peft=lora`): step time, peak memory,
-checkpoint and export size, for MiniLM and a larger Qwen2-shaped decoder.
+"""Full fine-tuning against one shared LoRA adapter (`model.peft=lora`) and one per task
+(`model.peft={per_task: true}`): step time, peak memory, checkpoint and export size, and the
+length of a task's gradient row an aggregating balancer combines (the shared parameters), for
+MiniLM and a larger Qwen2-shaped decoder.
 
 Each row is one `python train.py` run of `--steps` optimizer steps in a process of its own (so
 its peak RSS is its own: Linux's VmHWM over the RSS before the first step, MiB) on the default
@@ -7,8 +9,8 @@ three tasks under loader=mixup (max_length 128): MiniLM (the packaged pretrained
 parameters) and a random Qwen2-shaped model (hidden 512, 8 layers, 8 heads with 2 key-value heads,
 MLP 1536, about 40M parameters). Step time: the median over the steps after `--warmup`; the
 checkpoint: the step checkpoint folder at the last step (model, optimizer, loader and random
-states); the export: `<run>/export` (the adapter merged: as large as a full model's). The peer:
-full fine-tuning of the same model.
+states); the export: `<run>/export` (LoRA: the adapters in peft's format, the heads and the
+tokenizer; full: the whole model). The peer: full fine-tuning of the same model.
 
     python benchmarks/bench_peft.py [--steps 12] [--warmup 2] [--quick]
 """
@@ -34,7 +36,7 @@ from harness import (
     table,
 )
 
-MODES = {"full": [], "lora": ["model.peft=lora"]}
+MODES = {"full": [], "lora": ["model.peft=lora"], "lora_per_task": ["model.peft={per_task: true}"]}
 QWEN2 = {  # Qwen2-shaped, random: hidden 512, 8 layers
     "hidden_size": 512,
     "num_hidden_layers": 8,
@@ -93,6 +95,7 @@ def child(args: argparse.Namespace) -> None:
         "checkpoint_mib": folder_mib(checkpoint),
         "export_mib": folder_mib(Path(work) / "export"),
         "trainable": trainable,
+        "shared": sum(p.numel() for _, p in results.model.shared_parameters()),
         "parameters": sum(p.numel() for p in results.model.parameters()),
     }
     print(json.dumps(figures))
@@ -126,19 +129,22 @@ def main() -> None:
                 rows[f"{label} {mode}"] = run_child(argv)
                 print(f"{label} {mode}: done", file=sys.stderr)
     table(
-        ["row", "trainable", "ms/step", "peak MiB", "checkpoint MiB", "export MiB"],
-        [[n, r["trainable"], r["ms_per_step"], r["peak_mib"], r["checkpoint_mib"],
+        ["row", "trainable", "shared", "ms/step", "peak MiB", "checkpoint MiB", "export MiB"],
+        [[n, r["trainable"], r["shared"], r["ms_per_step"], r["peak_mib"], r["checkpoint_mib"],
           r["export_mib"]] for n, r in rows.items()],
-        [0, 0, 1, 1, 2, 2],
+        [0, 0, 0, 1, 1, 2, 2],
     )  # fmt: skip
     ratios = {}
     for label in models:
-        full, lora = rows[f"{label} full"], rows[f"{label} lora"]
-        ratios[label] = {k: lora[k] / full[k] for k in ("ms_per_step", "checkpoint_mib")}
-        print(
-            f"{label}: lora / full step time {ratios[label]['ms_per_step']:.2f}x, "
-            f"checkpoint {ratios[label]['checkpoint_mib']:.3f}x"
-        )
+        full = rows[f"{label} full"]
+        for mode in [m for m in MODES if m != "full"]:
+            lora = rows[f"{label} {mode}"]
+            keys = ("ms_per_step", "checkpoint_mib", "export_mib")
+            ratios[f"{label} {mode}"] = ratio = {k: lora[k] / full[k] for k in keys}
+            print(
+                f"{label}: {mode} / full step time {ratio['ms_per_step']:.2f}x, checkpoint "
+                f"{ratio['checkpoint_mib']:.3f}x, export {ratio['export_mib']:.3f}x"
+            )
     emit(
         {"bench": "peft", "peer": "full fine-tuning of the same model", "rows": rows,
          "ratios": ratios, "steps": args.steps},

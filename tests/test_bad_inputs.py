@@ -126,6 +126,7 @@ CASES = [
     (["model.peft={r:0}"], ["model.peft.r=0 must be an integer >= 1"]),
     (["model.peft=dora"], ["model.peft=dora is not a method mtl knows; use model.peft=lora"]),
     (["model.peft={rank:4}"], ["model.peft.rank is not a LoRA option; use r, alpha, dropout"]),
+    (["model.peft={per_task:yes}"], ["model.peft.per_task=yes must be true or false"]),
     (
         ["model.peft={target_modules:[nope]}"],
         ["model.peft: Target modules {'nope'} not found", "linear layers are dense, key, query"],

@@ -10,7 +10,7 @@ from mtl.data import Task
 from mtl.errors import MtlError, env_rank
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.heads import init_poolers
-from mtl.models.lora import add_adapter, peft_config
+from mtl.models.lora import add_adapter, peft_config, per_task
 from mtl.models.multitask import head_task
 
 
@@ -31,7 +31,8 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     if m.init_from:
         init_from(model, m.init_from)
     if m.peft is not None:  # after init_from: a trained model's weights, then the adapter
-        model.encoder = add_adapter(model.encoder, peft_config(m.peft))
+        adapters = list(tasks) if per_task(m.peft) else None  # one per task, named by it
+        model.encoder = add_adapter(model.encoder, peft_config(m.peft), adapters)
     return model
 
 
@@ -42,7 +43,7 @@ def init_from(model: MultiTaskModel, path: str) -> None:
     if any(".base_model.model." in key for key in state):  # a model.peft run's weights
         raise MtlError(
             f"model.init_from={path}: that run trained an adapter (model.peft); start from its "
-            "export (<run>/export, or mtl-export it), which holds the adapter merged"
+            "export with the adapter merged (mtl-export <run> <out> merge=true)"
         )
     own = model.state_dict()
     missing = [k for k in own if head_task(k) is None and k not in state]

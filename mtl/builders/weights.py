@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from mtl.artifacts import HEADS_FILE, is_export, read_weights
+from mtl.artifacts import HEADS_FILE, TASKS_FILE, is_export, read_weights
 from mtl.errors import MtlError, env_rank
 from mtl.models import load_encoder
 from mtl.models.multitask import model_state
@@ -177,6 +177,14 @@ def _best_weights(best: Path) -> dict:
     return read_weights(best_weights_file(best), _instead(run))
 
 
+def adapters_only(export: Path) -> bool:
+    """Whether an export holds a model.peft run's adapters instead of the encoder's weights."""
+    try:
+        return "peft" in json.loads((export / TASKS_FILE).read_text())
+    except (OSError, ValueError, TypeError):
+        return False  # unreadable: reading the export says so
+
+
 def trained_weights(path: str) -> tuple[dict, Path]:
     """The model weights of a run folder (its best model, else its latest complete checkpoint),
     a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
@@ -185,6 +193,12 @@ def trained_weights(path: str) -> tuple[dict, Path]:
     naming it and what to give instead."""
     folder = Path(path)
     if is_export(folder):
+        if adapters_only(folder):
+            raise MtlError(
+                f"model.init_from={path} is an export of LoRA adapters (model.peft), not of the "
+                "encoder's weights; start from an export with the adapter merged (mtl-export "
+                "<run> <out> merge=true, for a run with one adapter shared)"
+            )
         encoder = load_encoder(str(folder)).state_dict()
         heads = read_weights(folder / HEADS_FILE, "export the run again")
         state = {f"encoder.{k}": v for k, v in encoder.items()}

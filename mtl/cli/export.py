@@ -22,6 +22,8 @@ COMMAND = Command(
                False, flag),
         Option("standard", "false", "also write <out>/<task>/, a transformers model per task",
                False, flag),
+        Option("merge", "false", "model.peft runs: the shared adapter merged into the encoder, "
+               "or with one per task <out>/<task>/ with its adapter merged", False, flag),
         Option("trust_custom_code", "false", "allow task types, heads and metrics that are not "
                "mtl's own (their code is imported and run)", False, flag),
     ),
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_libraries()
     out = args["out"] or run_folder(args["run"]) / "export"
-    flags = {key: args[key] for key in ("overwrite", "standard", "trust_custom_code")}
+    flags = {key: args[key] for key in ("overwrite", "standard", "merge", "trust_custom_code")}
     export_model(args["run"], out, **flags)
     print(out)
 

@@ -42,7 +42,8 @@ from mtl.errors import MtlError
 from mtl.inference.export_hf import standard_model
 from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
 from mtl.inference.trust import check_task
-from mtl.models.lora import frozen_keys, merged_model
+from mtl.models.encoder import DEFAULT_NAMES
+from mtl.models.lora import frozen_keys, is_adapted, merged_model, task_adapters
 from mtl.models.multitask import heads_state
 from mtl.quiet import quiet_libraries
 
@@ -132,11 +133,13 @@ def export_model(
     out_dir: str | Path,
     *,
     standard: bool = False,
+    merge: bool = False,
     trust_custom_code: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Write the export folder of a run (its best model) or checkpoint folder; returns it.
-    `standard`: also a transformers model folder per task (`write_export`). The run folder, the
+    `standard`: also a transformers model folder per task; `merge`: a model.peft run's adapters
+    merged (`write_export`). The run folder, the
     folders holding it and the checkpoint read are never written; an existing `out_dir` is
     replaced only if it is an earlier export or with `overwrite`."""
     source = Path(run_or_checkpoint).expanduser()
@@ -147,11 +150,21 @@ def export_model(
     check = {"what": "out", "overwrite": overwrite, "protect": [run]}
     check_target(out, folder=True, ours=is_export, **check)  # before the slow part
     model, tokenizer, tasks, settings = trained_model(source, trust_custom_code=trust_custom_code)
-    return write_export(model, tokenizer, tasks, settings, out, standard=standard, **check)
+    return write_export(
+        model, tokenizer, tasks, settings, out, standard=standard, merge=merge, **check
+    )
 
 
 def write_export(
-    model, tokenizer, tasks: dict, settings, out_dir: str | Path, *, standard=False, **check
+    model,
+    tokenizer,
+    tasks: dict,
+    settings,
+    out_dir: str | Path,
+    *,
+    standard=False,
+    merge=False,
+    **check,
 ):
     """The export folder of an in-memory model (eval mode while writing), whole or not at all
     (`mtl.artifacts.write_folder`: an earlier export there is replaced, anything else only with
@@ -160,16 +173,32 @@ def write_export(
     With `standard`, each task whose head maps onto a transformers class also gets
     `<out>/<task>/`, that model and its tokenizer (`standard_model`); any other task gets one
     line on stderr saying why and what to use instead. Each such folder holds the encoder once
-    more, so they are made only when asked for."""
+    more, so they are made only when asked for.
+
+    A model.peft run's export holds its adapters in peft's format (`<out>/adapter/`, or with one
+    per task `<out>/adapters/<task>/`: `PeftModel.from_pretrained(base, folder)` loads each)
+    and names their base model (`mtl_tasks.json`'s `peft.base_model`; a base that is no model on
+    disk or the hub, `model.random_init` or `model.init_from`, is written to `<out>/base/`).
+    `merge`: a shared adapter merged into the encoder instead (a plain export, no peft needed to
+    load it); adapters per task: each task's `<out>/<task>/` as with `standard`, its adapter
+    merged. With adapters, each `standard` folder holds its task's adapter merged."""
     was_training = model.training
     model.eval()
-    trained, model = model, merged_model(model)  # an adapter (model.peft) merged into a copy
+    trained = model
+    adapters = is_adapted(model.encoder) and not (
+        merge and not task_adapters(model.encoder, model.heads)
+    )
+    if not adapters:
+        model = merged_model(model)  # a shared adapter merged into a copy (merge=true)
+    standard = standard or (merge and adapters)
 
     def fill(tmp: Path) -> None:
-        _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp)
+        peft = adapter_files(model, settings.model, tmp) if adapters else None
+        _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp, peft)
         for name, task in tasks.items() if standard else ():
             config = task.task_type.config
-            hf, reason = standard_model(model, name, task.task_type, task.label_names, tokenizer)
+            source = merged_model(model, name) if adapters else model
+            hf, reason = standard_model(source, name, task.task_type, task.label_names, tokenizer)
             if hf is None:
                 print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
                 continue
@@ -185,10 +214,43 @@ def write_export(
         trained.train(was_training)
 
 
-def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Path) -> None:
+def base_model(m) -> str | None:
+    """The base model a model.peft run's adapters go on, as a name or absolute path that loads
+    it; None where it is no model on disk or the hub (random weights, or `model.init_from`'s)."""
+    if m.random_init or m.init_from:
+        return None
+    if m.name_or_path in DEFAULT_NAMES:
+        return "sentence-transformers/all-MiniLM-L6-v2"  # the packaged MiniLM, read offline
+    local = Path(m.name_or_path).expanduser()
+    return str(local.resolve()) if local.exists() else m.name_or_path
+
+
+def adapter_files(model, m, out: Path) -> dict:
+    """Write the encoder's adapters in peft's format (and its base when `base_model` is None);
+    returns what `mtl_tasks.json` records of them (`peft`)."""
+    encoder = model.encoder
+    base = base_model(m)
+    if base is None:
+        copy.deepcopy(encoder).unload().save_pretrained(out / "base")  # the frozen base alone
+        base = "base"
+    per_task = task_adapters(encoder, model.heads)
+    encoder.save_pretrained(out / ("adapters" if per_task else "adapter"))  # peft's layout
+    folders = {name: f"adapters/{name}" if per_task else "adapter" for name in encoder.peft_config}
+    return {
+        "base_model": base,
+        "base_config": {"config": dict(m.config), "family": m.family},  # as the run built it
+        "per_task": per_task,
+        "adapters": folders,
+    }
+
+
+def _write_multitask(
+    model, tokenizer, tasks: dict, head_dropout: float, out: Path, peft: dict | None = None
+) -> None:
     from safetensors.torch import save_file
 
-    model.encoder.save_pretrained(out)
+    if peft is None:
+        model.encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
     heads = {
         key: value.detach().cpu().contiguous()
@@ -196,9 +258,11 @@ def _write_multitask(model, tokenizer, tasks: dict, head_dropout: float, out: Pa
     }
     save_file(heads, out / HEADS_FILE)
     hidden = model.encoder.config.hidden_size
+    weights = sorted(out.rglob("*.safetensors"))  # the encoder's or the adapters' (and base)
     meta = {
         "format": FORMAT,
-        "digests": {p.name: file_digest(p) for p in sorted(out.glob("*.safetensors"))},
+        "digests": {p.relative_to(out).as_posix(): file_digest(p) for p in weights},
+        **({"peft": peft} if peft else {}),
         "tasks": {
             name: {
                 "config": dataclasses.asdict(task.task_type.config),

@@ -4,12 +4,16 @@
 (`mtl.inference.trust`) unless the caller trusts the folder, before anything it names is imported.
 It records the sha256 of each weights file (`digests`), checked before the weights are read: a
 file changed after the export (even at the same size, with a valid header) is one line.
+
+The export of a model.peft run (`peft` in `mtl_tasks.json`) holds adapters, not the encoder:
+they go on the base model it names (`adapted_encoder`), which must be there: one line if not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,8 @@ from mtl.artifacts import HEADS_FILE, TASKS_FILE, damaged, read_weights
 from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError
 from mtl.inference.trust import check_task
-from mtl.models import MultiTaskModel
+from mtl.models import MultiTaskModel, load_encoder_and_pooler
+from mtl.models.lora import peft_module
 from mtl.models.multitask import head_task, model_state
 from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
@@ -59,7 +64,7 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
         check_task(name, config, head_class, trust=trust_custom_code)
     check_digests(folder, meta.get("digests") or {})
     tokenizer = load_tokenizer(str(folder))
-    encoder = export_encoder(folder)
+    encoder = adapted_encoder(folder, meta["peft"]) if "peft" in meta else export_encoder(folder)
     heads, tasks = {}, {}
     for name, entry in meta["tasks"].items():
         try:
@@ -134,3 +139,40 @@ def export_encoder(folder: Path):
     if isinstance(getattr(getattr(encoder, "pooler", None), "dense", None), nn.Linear):
         encoder.pooler = None  # as in training: the heads pool
     return encoder
+
+
+def adapted_encoder(folder: Path, peft_meta: dict):
+    """The base model an export names with its adapters on it (peft's `PeftModel`), each named
+    as in training (a task's name, or `default` for one shared adapter)."""
+    peft = peft_module()  # one line naming the extra when peft is missing
+    try:
+        name, built = str(peft_meta["base_model"]), dict(peft_meta.get("base_config") or {})
+        adapters = {str(k): folder / str(v) for k, v in peft_meta["adapters"].items()}
+    except (KeyError, TypeError, AttributeError):
+        raise MtlError(
+            f"model={folder}: {TASKS_FILE} is unreadable; export the run again"
+        ) from None
+    base = str(folder / "base") if name == "base" else name
+    gone = base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists()
+    try:
+        if gone:
+            raise OSError(base)
+        with quiet_libraries(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # peft asks a deprecated property
+            encoder, _ = load_encoder_and_pooler(
+                base, config=built.get("config") or None, family=built.get("family")
+            )
+            first, *others = adapters
+            adapted = peft.PeftModel.from_pretrained(encoder, adapters[first], adapter_name=first)
+            for adapter in others:
+                adapted.load_adapter(adapters[adapter], adapter_name=adapter)
+    except (OSError, ValueError) as err:
+        why = f"cannot be read ({type(err).__name__})"
+        why = "is not there (moved or deleted)" if gone else why
+        raise MtlError(
+            f"model={folder}: its base model {name} {why}: the export holds adapters for it "
+            f"({TASKS_FILE}'s peft.base_model); put the base model there, or export the run "
+            "again where it is"
+        ) from None
+    adapted.set_adapter(first)
+    return adapted

@@ -3,12 +3,17 @@
     model.peft=lora                                   LoRA with the defaults below
     model.peft={r: 16, alpha: 32, target_modules: [query, key, value]}
     model.peft={_target_: peft.IA3Config, target_modules: [...], feedforward_modules: [...]}
+    model.peft={per_task: true}                       one LoRA adapter per task (any of the above)
 
 LoRA's defaults: r 8, alpha 16, dropout 0.05, and the attention projections peft targets for the
 encoder's model type (`query`/`value` for BERT-like encoders, `q_proj`/`v_proj` for Qwen2 and
-Llama). One adapter is shared by every task; the encoder's own weights are frozen and the task
-heads are trained whole. Every part that asks the model which parameters train (the optimizer,
-the balancers' per-task gradients, diagnostics) then sees the adapter's and the heads'.
+Llama). The encoder's own weights are frozen and the task heads are trained whole. By default
+one adapter is shared by every task: its parameters are shared ones. With `per_task: true` each
+task has an adapter of its own, named by the task, on the one frozen encoder: its parameters are
+that task's (`adapter_tasks`), as its head's are, and a batch runs through the adapter of its
+task (a mixed batch: each task's rows through its own, one encoder call per task, as peft trains
+one adapter per call). Every part that asks the model which parameters train, and whose they are
+(the optimizer, the balancers' per-task gradients, diagnostics, checkpoints), sees the adapters'.
 
 An export holds the encoder with the adapter merged into its weights (`merged_model`): a standard
 transformers model that needs no peft to load.
@@ -30,6 +35,7 @@ from mtl.errors import MtlError, import_target
 
 INSTALL = 'install it with: pip install "mtl-train[peft]"'
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": None}
+PER_TASK = "per_task"  # model.peft's key for one adapter per task, with any method
 
 
 def peft_module() -> Any:
@@ -48,6 +54,8 @@ def check_peft(spec: Any) -> None:
     if spec is None:
         return
     peft_module()
+    if isinstance(spec, Mapping) and not isinstance(spec.get(PER_TASK, False), bool):
+        raise MtlError(f"model.peft.per_task={spec[PER_TASK]} must be true or false")
     if isinstance(spec, Mapping) and "_target_" in spec:
         return  # its own options: the peft config class checks them when it is made
     if isinstance(spec, str):
@@ -57,13 +65,13 @@ def check_peft(spec: Any) -> None:
                 "model.peft={_target_: <a peft config class>, ...} for any other"
             )
         return
-    unknown = sorted(set(spec) - set(LORA))
+    unknown = sorted(set(spec) - {*LORA, PER_TASK})
     if unknown:
         raise MtlError(
-            f"model.peft.{unknown[0]} is not a LoRA option; use {', '.join(LORA)} (or "
+            f"model.peft.{unknown[0]} is not a LoRA option; use {', '.join([*LORA, PER_TASK])} (or "
             "model.peft={_target_: peft.LoraConfig, ...} for peft's own options)"
         )
-    given = {**LORA, **spec}
+    given = {**LORA, **{k: v for k, v in spec.items() if k != PER_TASK}}
     if not isinstance(given["r"], int) or given["r"] < 1:
         raise MtlError(f"model.peft.r={given['r']} must be an integer >= 1")
     if not given["alpha"] > 0:
@@ -72,10 +80,17 @@ def check_peft(spec: Any) -> None:
         raise MtlError(f"model.peft.dropout={given['dropout']} must be in [0, 1)")
 
 
+def per_task(spec: Any) -> bool:
+    """Whether `model.peft` asks for one adapter per task (`per_task: true`)."""
+    return isinstance(spec, Mapping) and bool(spec.get(PER_TASK, False))
+
+
 def peft_config(spec: Mapping[str, Any] | str) -> Any:
     """The peft config `model.peft` names: LoraConfig from `lora` or LORA's keys, or the class
-    its `_target_` names made with its other keys."""
+    its `_target_` names made with its other keys (`per_task` aside)."""
     check_peft(spec)
+    if isinstance(spec, Mapping):
+        spec = {k: v for k, v in spec.items() if k != PER_TASK}
     if isinstance(spec, Mapping) and "_target_" in spec:
         target = import_target(spec["_target_"], "model.peft._target_")
         options = {k: v for k, v in spec.items() if k != "_target_"}
@@ -93,14 +108,21 @@ def peft_config(spec: Mapping[str, Any] | str) -> Any:
     )
 
 
-def add_adapter(encoder: nn.Module, config: Any) -> nn.Module:
-    """The encoder with one trainable adapter (`config`: a peft config) and its own weights
-    frozen; a target that matches none of its modules is one line."""
+def add_adapter(encoder: nn.Module, config: Any, tasks: list[str] | None = None) -> nn.Module:
+    """The encoder with one trainable adapter (`config`: a peft config), or with `tasks` one per
+    task named by it (every one trainable, the first active), and its own weights frozen; a
+    target that matches none of its modules is one line."""
     peft = peft_module()
     try:
         with warnings.catch_warnings():  # peft asks a deprecated transformers property
             warnings.simplefilter("ignore", FutureWarning)
-            return peft.get_peft_model(encoder, config)
+            if not tasks:
+                return peft.get_peft_model(encoder, config)
+            adapted = peft.get_peft_model(encoder, config, adapter_name=tasks[0])
+            for task in tasks[1:]:
+                adapted.add_adapter(task, config)
+            adapted.set_requires_grad(tasks, True)  # add_adapter leaves the others frozen
+            return adapted
     except ValueError as err:  # targets not found, or no default targets for this model type
         linear = {n.rsplit(".", 1)[-1] for n, m in encoder.named_modules() if type(m) is nn.Linear}
         raise MtlError(
@@ -111,6 +133,39 @@ def add_adapter(encoder: nn.Module, config: Any) -> nn.Module:
 
 def is_adapted(encoder: nn.Module) -> bool:
     return hasattr(encoder, "peft_config") and hasattr(encoder, "merge_and_unload")
+
+
+def task_adapters(encoder: nn.Module, tasks: Any) -> bool:
+    """Whether the encoder carries one adapter per task of `tasks`, named by it (`per_task`)."""
+    return is_adapted(encoder) and set(encoder.peft_config) == set(tasks)
+
+
+def adapter_tasks(encoder: nn.Module) -> dict[str, str]:
+    """{parameter name in `encoder`: the adapter it belongs to} for every adapter parameter
+    (peft keeps them in its layers' per-adapter dicts: `lora_A.<adapter>.weight`, ...)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    owner = {}
+    for prefix, layer in encoder.named_modules():
+        if not isinstance(layer, BaseTunerLayer):
+            continue
+        for attr in layer.adapter_layer_names:
+            for adapter, part in getattr(layer, attr).items():
+                params = [("", part)] if isinstance(part, nn.Parameter) else part.named_parameters()
+                for name, _ in params:
+                    owner[".".join(filter(None, (prefix, attr, adapter, name)))] = adapter
+    return owner
+
+
+def use_adapter(encoder: nn.Module, name: str) -> None:
+    """Make `name` the encoder's active adapter, every adapter's parameters left as trainable
+    (or not) as they were (peft's `set_adapter` freezes the others)."""
+    if encoder.active_adapter == name:
+        return
+    trainable = [(p, p.requires_grad) for p in encoder.parameters()]
+    encoder.set_adapter(name)
+    for param, requires_grad in trainable:
+        param.requires_grad_(requires_grad)
 
 
 def frozen_keys(model: nn.Module) -> set[str]:
@@ -131,11 +186,14 @@ def without_frozen(model: nn.Module, state: dict) -> None:
         del state[key]
 
 
-def merged_model(model: nn.Module) -> nn.Module:
+def merged_model(model: nn.Module, task: str | None = None) -> nn.Module:
     """`model` itself when its encoder carries no adapter; else a copy whose encoder has the
-    adapter merged into its weights."""
+    adapter (`task`'s, with one per task) merged into its weights."""
     if not is_adapted(model.encoder):
         return model
     merged = copy.deepcopy(model)  # the copy's own encoder to merge into; heads are small
-    merged.encoder = merged.encoder.merge_and_unload()
+    names = [task] if task is not None and task in merged.encoder.peft_config else None
+    if names:
+        merged.encoder.set_adapter(task)
+    merged.encoder = merged.encoder.merge_and_unload(adapter_names=names)
     return merged

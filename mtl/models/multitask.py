@@ -9,6 +9,7 @@ from torch import nn
 
 from mtl.batching.collators import task_rows
 from mtl.models.families import EncoderAdapter, adapter_for
+from mtl.models.lora import adapter_tasks, task_adapters, use_adapter
 from mtl.models.packing import PackedEncoder
 
 HEADS = "heads"  # the ModuleDict of the task heads: their keys are `heads.<task>.<parameter>`
@@ -33,19 +34,34 @@ def model_state(heads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class ParameterGroups:
-    """The parameter groups of a model whose task heads live in `heads` (the rule that every
-    place asks: the optimizer's groups, the step's per-task gradients, diagnostics, checkpoints
-    and exports)."""
+    """The parameter groups of a model whose task heads live in `heads` and whose encoder (in
+    `encoder`) may carry one adapter per task (`mtl.models.lora`): the rule that every place
+    asks (the optimizer's groups, the step's per-task gradients, diagnostics, checkpoints and
+    exports)."""
+
+    def parameter_tasks(self) -> dict[str, str | None]:
+        """{trainable parameter's name: the task it belongs to, None for a shared one}, in the
+        model's order: a task's parameters are its head's and, with per-task adapters, its
+        adapter's."""
+        encoder = getattr(self, "encoder", None)
+        adapters = {}
+        if encoder is not None and task_adapters(encoder, self.heads):  # type: ignore[attr-defined]
+            adapters = {f"encoder.{n}": task for n, task in adapter_tasks(encoder).items()}
+        named = self.named_parameters()  # type: ignore[attr-defined]
+        return {n: head_task(n) or adapters.get(n) for n, p in named if p.requires_grad}
 
     def shared_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """The trainable parameters every task shares (named), in the model's order."""
+        owner = self.parameter_tasks()
         named = self.named_parameters()  # type: ignore[attr-defined]
-        return [(n, p) for n, p in named if p.requires_grad and head_task(n) is None]
+        return [(n, p) for n, p in named if n in owner and owner[n] is None]
 
     def task_parameters(self, task: str) -> list[tuple[str, nn.Parameter]]:
-        """The trainable parameters of `task` alone (its head), named, in the model's order."""
+        """The trainable parameters of `task` alone (its head, and its adapter when each task
+        has one), named, in the model's order."""
+        owner = self.parameter_tasks()
         named = self.named_parameters()  # type: ignore[attr-defined]
-        return [(n, p) for n, p in named if p.requires_grad and head_task(n) == task]
+        return [(n, p) for n, p in named if owner.get(n, "") == task]
 
 
 class MultiTaskModel(ParameterGroups, nn.Module):
@@ -63,6 +79,9 @@ class MultiTaskModel(ParameterGroups, nn.Module):
     `adapter`: the encoder's family (`mtl.models.families`; default: from its config). It picks
     the encoder's inputs, how packed calls are masked, and each head's form (a head with
     `adapt(shape)` takes the family's `HeadShape`).
+
+    An encoder with one peft adapter per task (`model.peft={per_task: true}`) runs each task's
+    rows through that task's adapter: one encoder call per task a batch holds.
     """
 
     def __init__(
@@ -85,28 +104,39 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)
 
-    def encode(self, batch: Mapping) -> torch.Tensor:
+    def encode(self, batch: Mapping, task: str | None = None, rows=None) -> torch.Tensor:
+        """The encoder's hidden states of the batch (of its `rows` alone, when given), through
+        `task`'s adapter when each task has one."""
         inputs = self.adapter.encoder_inputs(batch)
+        host = batch.get("host_attention_mask")
+        if rows is not None:
+            inputs = {key: value[rows] for key, value in inputs.items()}
+            host = None if host is None else host[rows.cpu()]
+        if task is not None and task_adapters(self.encoder, self.heads):
+            use_adapter(self.encoder, task)
         if self.packed is not None:
-            return self.packed(self.encoder, inputs, batch.get("host_attention_mask"))
+            return self.packed(self.encoder, inputs, host)
         return self.encoder(**inputs).last_hidden_state
 
     def logits(self, batch: Mapping) -> dict[str, torch.Tensor]:
         """{task: its head's outputs} for a single-task batch, without labels or loss."""
-        hidden = self.encode(batch)
+        hidden = self.encode(batch, batch["task"])
         return {batch["task"]: self.heads[batch["task"]](hidden, batch["attention_mask"])}
 
     def forward(self, batch: Mapping) -> dict:
         """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}}, tasks in the
         batch's order."""
-        hidden = self.encode(batch)
+        per_task = task_adapters(self.encoder, self.heads)
+        hidden = None if per_task else self.encode(batch)
         mask = batch["attention_mask"]
         groups = {}
         for name, rows in task_rows(batch).items():
             if rows is None:
-                groups[name] = (hidden, mask, batch["labels"])
+                h = self.encode(batch, name) if per_task else hidden
+                groups[name] = (h, mask, batch["labels"])
             else:
-                groups[name] = (hidden[rows], mask[rows], batch["labels"][name])
+                h = self.encode(batch, name, rows) if per_task else hidden[rows]  # type: ignore[index]
+                groups[name] = (h, mask[rows], batch["labels"][name])
         task_losses, logits = {}, {}
         for name, (h, m, labels) in groups.items():
             head = self.heads[name]

@@ -46,6 +46,8 @@ class Diagnostics:
         return self.net(self.batches[task])["task_losses"][task]
 
     def figures(self, lr: float) -> dict[str, float]:
+        if not self.shared:  # one adapter per task (model.peft per_task): no shared parameter
+            return {}
         was_training = self.net.training
         self.net.eval()
         losses, grads = {}, {}

@@ -55,8 +55,16 @@ class Step:
         world = accelerator.num_processes
         if balancer.aggregates:
             net = accelerator.unwrap_model(model)
+            shared = [p for _, p in net.shared_parameters()]
+            if not shared and accelerator.is_main_process:
+                print(
+                    f"mtl: balancer {type(balancer).__name__} does nothing here: no parameter is "
+                    "shared by the tasks (model.peft per_task: each task trains its own adapter "
+                    "and head)",
+                    file=sys.stderr,
+                )
             self.gradients: LossBackward | TaskGradients = TaskGradients(
-                [p for _, p in net.shared_parameters()],
+                shared,
                 {t: [p for _, p in net.task_parameters(t)] for t in balancer.tasks},
                 balancer,
                 world,
@@ -164,7 +172,7 @@ class TaskGradients:
         held = self.held > 0
         tasks = [t for t, h in zip(self.tasks, held.tolist(), strict=True) if h]
         matrix = self.rows[held]
-        if len(tasks) == 1:
+        if len(tasks) == 1 or not self.shared:  # nothing to aggregate
             update = matrix[0]
         else:
             update = self.balancer.aggregate(matrix, tasks)

@@ -1,6 +1,6 @@
 """Two CPU processes (torchrun, gloo) aggregating with UPGrad: every task's gradient averaged over
 the processes before aggregation gives the update of one process with the same global batch, for
-the whole model and for a LoRA adapter (model.peft=lora)."""
+the whole model and for LoRA (model.peft: one adapter shared, or one per task)."""
 
 from __future__ import annotations
 
@@ -46,19 +46,23 @@ def losses(run_dir: Path) -> dict[int, dict[str, float]]:
     }
 
 
+# The whole model; one LoRA adapter on it (the per-task gradients are the adapter's); one adapter
+# per task (a task's gradient reaches its own adapter and head only). LoRA without its dropout.
+PEFT = ["null", "{dropout:0}", "{dropout:0,per_task:true}"]
+
+
 def test_two_processes_give_the_update_of_one_with_the_same_global_batch(tmp_path):
-    """The whole model trained, and one LoRA adapter on it (model.peft=lora: the per-task
-    gradients are the adapter's): one `-m` launch of the two."""
+    """The whole model and the two ways of LoRA (PEFT), one `-m` launch of the three."""
     sweep = tmp_path / "two"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [*TORCHRUN, str(ROOT / "train.py"), "-m", *COMMON, *batch_size(8), "trainer.trace=true",
-         "trainer.dist_timeout_s=30", "model.peft=null,{dropout:0}", f"hydra.sweep.dir={sweep}",
+         "trainer.dist_timeout_s=30", f"model.peft={','.join(PEFT)}", f"hydra.sweep.dir={sweep}",
          "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for job, peft in enumerate(["null", "{dropout:0}"]):  # LoRA without its dropout
+    for job, peft in enumerate(PEFT):
         two = sweep / str(job)
         for rank in (0, 1):  # it ran as one run of 2 processes
             header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
