@@ -236,6 +236,26 @@ def test_an_export_whose_base_is_gone_is_one_line(trained, tmp_path):
     )
 
 
+def test_a_base_on_no_disk_is_written_into_the_export(tmp_path):
+    """model.random_init: the base exists only in the run, so the export holds it (`base/`,
+    the frozen weights without the adapter) and predicts as the trained model."""
+    out = tmp_path / "run"
+    cfg = compose_config(
+        "debug=fast", "task=[synthetic_cls]", "model.peft=lora", f"output_dir={out}"
+    )
+    with contextlib.redirect_stderr(io.StringIO()):
+        results = train(cfg)
+    meta = json.loads((out / "export" / "mtl_tasks.json").read_text())["peft"]
+    assert meta["base_model"] == "base" and (out / "export" / "base" / "config.json").is_file()
+    loaded = mtl.load_model(out / "export")
+    results.model.eval()
+    batch = mtl_batch(loaded, "synthetic_cls", input_rows("synthetic_cls"))
+    with torch.no_grad():
+        want = results.model.logits(batch)["synthetic_cls"]
+        got = loaded.model.logits(batch)["synthetic_cls"]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
 def test_a_step_of_one_task_leaves_the_other_tasks_adapters_bit_equal(tmp_path):
     """Adapters per task, round_robin (one task a step) under UPGrad (no shared parameter: each
     task's gradient goes to its own adapter and head): from one step's checkpoint to the next,
