@@ -4,9 +4,9 @@ length of a task's gradient row an aggregating balancer combines (the shared par
 MiniLM and a larger Qwen2-shaped decoder.
 
 Each row is one `python train.py` run of `--steps` optimizer steps in a process of its own (so
-its peak RSS is its own: Linux's VmHWM over the RSS before the first step, MiB) on the default
-three tasks under loader=mixup (max_length 128): MiniLM (the packaged pretrained model, 22.7M
-parameters) and a random Qwen2-shaped model (hidden 512, 8 layers, 8 heads with 2 key-value heads,
+its peak RSS is its own: Linux's VmHWM over the RSS before the first step, MiB; with --quick,
+every row in this process) on the default three tasks under loader=mixup (max_length 128):
+MiniLM (the packaged pretrained model, 22.7M parameters) and a random Qwen2-shaped model (hidden 512, 8 layers, 8 heads with 2 key-value heads,
 MLP 1536, about 40M parameters). Step time: the median over the steps after `--warmup`; the
 checkpoint: the step checkpoint folder at the last step (model, optimizer, loader and random
 states); the export: `<run>/export` (LoRA: the adapters in peft's format, the heads and the
@@ -57,13 +57,12 @@ def save_qwen2(folder: Path, quick: bool) -> Path:
     return save_tiny_model("qwen2", folder, **({} if quick else QWEN2))
 
 
-def child(args: argparse.Namespace) -> None:
-    """One run (`--child MODEL MODE`): prints its figures as one JSON line."""
+def one_row(args: argparse.Namespace, model: str, mode: str, work: str) -> dict:
+    """One run's figures (`--child MODEL MODE WORK` prints them as one JSON line)."""
     import psutil
 
     from mtl.cli.job import train  # the run and its export, as train.py
 
-    model, mode, work = args.child
     overrides = [
         "loader=mixup",
         "logger=none",
@@ -89,7 +88,7 @@ def child(args: argparse.Namespace) -> None:
     steps = [b - a for a, b in zip(clock.marks, [*clock.marks[1:], clock.end], strict=True)]
     trainable = sum(p.numel() for p in results.model.parameters() if p.requires_grad)
     checkpoint = Path(work) / "checkpoints" / f"step_{args.steps:07d}"
-    figures = {
+    return {
         "ms_per_step": 1000 * statistics.median(steps[args.warmup :]),
         "peak_mib": max(peak_rss() - base, 0) / 2**20,
         "checkpoint_mib": folder_mib(checkpoint),
@@ -98,11 +97,10 @@ def child(args: argparse.Namespace) -> None:
         "shared": sum(p.numel() for _, p in results.model.shared_parameters()),
         "parameters": sum(p.numel() for p in results.model.parameters()),
     }
-    print(json.dumps(figures))
 
 
 def main() -> None:
-    quick = "a tiny Qwen2 alone, 4 steps, 64 examples per task"
+    quick = "a tiny Qwen2 alone, 4 steps, 64 examples per task, every row in this process"
     p = parser(__doc__, quick, threads=2)
     p.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of the median")
@@ -115,7 +113,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     quiet_transformers()
     if args.child:
-        return child(args)
+        print(json.dumps(one_row(args, *args.child)))
+        return
     rows = {}
     with scratch("bench_peft_") as work:
         qwen2 = save_qwen2(work / "qwen2", args.quick)
@@ -123,9 +122,12 @@ def main() -> None:
         models = models if args.quick else {"minilm": None, **models}
         for label, model in models.items():
             for mode in MODES:
+                where = [model or label, mode, str(work / f"{label}-{mode}")]
+                if args.quick:  # toy figures: a process each would only add its start-up
+                    rows[f"{label} {mode}"] = one_row(args, *where)
+                    continue
                 argv = [__file__, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-                argv += ["--threads", str(args.threads)] + (["--quick"] if args.quick else [])
-                argv += ["--child", model or label, mode, str(work / f"{label}-{mode}")]
+                argv += ["--threads", str(args.threads), "--child", *where]
                 rows[f"{label} {mode}"] = run_child(argv)
                 print(f"{label} {mode}: done", file=sys.stderr)
     table(
