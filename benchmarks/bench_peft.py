@@ -6,11 +6,12 @@ MiniLM and a larger Qwen2-shaped decoder.
 Each row is one `python train.py` run of `--steps` optimizer steps in a process of its own (so
 its peak RSS is its own: Linux's VmHWM over the RSS before the first step, MiB; with --quick,
 every row in this process) on the default three tasks under loader=mixup (max_length 128):
-MiniLM (the packaged pretrained model, 22.7M parameters) and a random Qwen2-shaped model (hidden 512, 8 layers, 8 heads with 2 key-value heads,
-MLP 1536, about 40M parameters). Step time: the median over the steps after `--warmup`; the
-checkpoint: the step checkpoint folder at the last step (model, optimizer, loader and random
-states); the export: `<run>/export` (LoRA: the adapters in peft's format, the heads and the
-tokenizer; full: the whole model). The peer: full fine-tuning of the same model.
+MiniLM (the packaged pretrained model, 22.7M parameters) and a random Qwen2-shaped model
+(hidden 512, 8 layers, 8 heads with 2 key-value heads, MLP 1536, about 40M parameters). Step
+time: the median over the steps after `--warmup`; the checkpoint: the step checkpoint folder at
+the last step (model, optimizer, loader and random states); the export: `<run>/export` (LoRA:
+the adapters in peft's format, the heads and the tokenizer; full: the whole model). The peer:
+full fine-tuning of the same model.
 
     python benchmarks/bench_peft.py [--steps 12] [--warmup 2] [--quick]
 """
