@@ -235,7 +235,10 @@ def adapter_files(model, m, out: Path) -> dict:
         base = "base"
     per_task = task_adapters(encoder, model.heads)
     encoder.save_pretrained(out / ("adapters" if per_task else "adapter"))  # peft's layout
-    folders = {name: f"adapters/{name}" if per_task else "adapter" for name in encoder.peft_config}
+    folders = {  # peft's layout: an adapter named `default` in the folder itself
+        name: "adapter" if not per_task else "adapters" + ("" if name == "default" else f"/{name}")
+        for name in encoder.peft_config
+    }
     return {
         "base_model": base,
         "base_config": {"config": dict(m.config), "family": m.family},  # as the run built it
