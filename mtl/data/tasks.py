@@ -77,12 +77,15 @@ def build_task_from_config(
     come from the source (bundled tasks, `ClassLabel` features), else they are the sorted
     distinct train labels (for integer ids: "0".."max"). `max_examples` caps each split: the
     train and dev splits to a sample of that many rows drawn with `seed` (kept in file order, so
-    a source sorted by class still gives every class), a label-less test split to its first rows.
+    a source sorted by class still gives every class), a label-less test split to its first rows;
+    the task's own `max_train_examples` caps the train split alone, the same way.
     """
     task_type = task_type_class(config.type, name)(name, config)
     with quiet_libraries():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
-        raw, inputs = _checked_splits(source.splits, task_type, max_examples, seed)
+        given = [n for n in (max_examples, config.max_train_examples) if n is not None]
+        caps = {"train": min(given) if given else None}
+        raw, inputs = _checked_splits(source.splits, task_type, max_examples, seed, caps)
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
@@ -93,24 +96,31 @@ def build_task_from_config(
             split: _encode(ds, task_type, tokenizer, label_names, split)
             for split, ds in raw.items()
         }
-        capped = f" ({max_examples} sampled rows: data.max_examples)" if max_examples else ""
+        option = "data.max_examples" if caps["train"] == max_examples else "max_train_examples"
+        capped = f" ({caps['train']} sampled rows: {option})" if caps["train"] else ""
         task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
 
 
 def _checked_splits(
-    splits: dict[str, Dataset], task_type: TaskType, max_examples: int | None, seed: int
+    splits: dict[str, Dataset],
+    task_type: TaskType,
+    max_examples: int | None,
+    seed: int,
+    caps: dict[str, int | None],
 ) -> tuple[dict[str, Dataset], dict[str, Dataset]]:
-    """The labelled splits and the label-less test split (if any), each checked; train first,
-    so that a wrong column name is reported for the train split."""
+    """The labelled splits and the label-less test split (if any), each checked and capped
+    (`caps[split]`, else `max_examples`); train first, so that a wrong column name is reported
+    for the train split."""
     checked, inputs = {}, {}
     for split in sorted(splits, key=lambda s: s == "test"):  # a stable sort: test last
         ds = splits[split]
         if split == "test" and _unlabeled(ds, task_type):
             inputs["test"] = _checked_inputs(ds, task_type, max_examples)
         else:
-            checked[split] = _checked(ds, task_type, split, max_examples, seed)
+            cap = caps.get(split, max_examples)
+            checked[split] = _checked(ds, task_type, split, cap, seed)
     return {s: checked[s] for s in splits if s in checked}, inputs
 
 

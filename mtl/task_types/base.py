@@ -38,6 +38,7 @@ class TaskConfig:
     label_column: str = "label"
     label_names: list[str] | None = None
     dev_fraction: float = 0.1
+    max_train_examples: int | None = None  # a seeded sample of the train split (dev untouched)
     text_pair_column: str | None = None  # a second text, encoded as the tokenizer's pair input
     metrics: list[str] | None = None  # metric names (the first is the main one); null: the type's
     head: dict[str, Any] | None = None  # {_target_: ...}: a head of your own instead of the type's
@@ -47,6 +48,11 @@ class TaskConfig:
         for key, low in (("batch_size", 1), ("max_length", 2)):
             if getattr(self, key) < low:
                 raise MtlError(f"task.{name}.{key}={getattr(self, key)} must be >= {low}")
+        if self.max_train_examples is not None and self.max_train_examples < 1:
+            raise MtlError(
+                f"task.{name}.max_train_examples={self.max_train_examples} must be >= 1 (or "
+                "null: every training row)"
+            )
         if not 0 < self.dev_fraction < 1:
             raise MtlError(f"task.{name}.dev_fraction={self.dev_fraction} must be in (0, 1)")
         if self.metrics is not None and not list(self.metrics):

@@ -355,3 +355,19 @@ def test_most_rows_fit_the_max_length_of_their_task_yaml(name):
         lengths = [len(tokenizer(r["question"], r["context"])["input_ids"]) for r in dev]
     assert np.median(lengths) < 0.75 * conf["max_length"]
     assert np.mean(np.array(lengths) > conf["max_length"]) < 0.2
+
+
+def test_max_train_examples_caps_the_train_split_alone():
+    """A task's `max_train_examples` (tasks of unequal size): a seeded sample of its train split,
+    the dev split whole; with data.max_examples the smaller cap wins."""
+    whole = build("pydoc_topic")
+    task = build("pydoc_topic", max_train_examples=40)
+    assert len(task.train) == 40 and len(task.dev) == len(whole.dev) > 40
+    firsts = list(whole.train["input_ids"][:40])
+    assert list(task.train["input_ids"]) != firsts  # sampled across the split, not its first rows
+    assert len(build("pydoc_topic", max_examples=30, max_train_examples=40).train) == 30
+    assert len(build("pydoc_topic", max_examples=50, max_train_examples=40).train) == 40
+    with pytest.raises(MtlError, match=r"task.pydoc_topic.max_train_examples=0 must be >= 1"):
+        TaskConfig(type="sequence_classification", source={}, max_train_examples=0).check(
+            "pydoc_topic"
+        )
