@@ -1,25 +1,31 @@
-"""The study behind docs/study.md: which mixing wins, what block shuffle costs, what multi-task
-buys.
+"""The study behind docs/study.md: which mixture and which balancer, on tasks of unequal size.
 
-Everything comes from commands a user can type: Hydra multirun sweeps of the real `train.py`
-(run here as subprocesses), each leaving `summary.csv` (mtl.reporting.sweep.SweepSummary), plus two
-benchmarks (run as commands too). This script runs them, reads the summaries and writes
-`study.md` and its plots.
+Each job is one `python train.py` run (a process of its own, as a user types it) of MiniLM on
+the default three tasks with their training rows capped at 1500 / 400 / 100
+(`task.<name>.max_train_examples`; the dev splits whole, 275 rows each), max_length 128,
+`--epochs` epochs, no logger, no export. Its row (the options, the seed, each task's dev
+figure, optimizer steps, wall time, the task-interaction figures of the first and last
+evaluation) is appended to `docs/study/<group>.csv` as soon as it ends, so a study stopped at any
+moment loses only the job in flight, and `--resume` skips every job whose row is there. The
+report, docs/study.md, is made from those CSV files alone (`--report-only` remakes it without
+running anything).
 
-    python benchmarks/study.py [--out docs] [--work outputs/study] [--seeds 3] [--epochs 1]
-        [--max-examples 600] [--loaders random,...] [--samplers random,...] [--skip-runs]
-        [--no-bench] [--quick]
+Groups (each option x `--seeds` seeds; the first option of a group is its baseline):
+  mixtures   loader=random, the same optimizer steps: proportional, uniform, temperature 2,
+             annealed, uniform capped at 2 passes a task and epoch, exp3 online, dev_gap online;
+  balancers  loader=mixup: sum, uncertainty, dwa, upgrad, pcgrad, mgda (every balancer sees the
+             same batches, so equal optimizer steps are equal examples);
+  mixup      loader=random against loader=mixup at equal examples (the same epochs: a mixup
+             step holds one batch of each task) and at equal optimizer steps (3x the epochs);
+  plateau    loader=random, proportional, `--plateau-epochs` epochs evaluated after each: how
+             many epochs the large task needs to come within 5% of its plateau (`--epochs`).
 
-Sweeps, on the default tasks (pydoc_topic, pydoc_code, pydoc_code_share) and model (MiniLM):
-  (a) mixing: loader=random,round_robin,mixup,sequential x sampler=random,block_shuffle x seeds;
-  (b) single: one model per task (task=<one>), the same steps per task as in (a): each loader
-      here draws every batch of every task once per epoch, so a task gets as many batches alone
-      as it gets mixed;
-  (c) benchmarks/bench_vs_trainer.py: mtl vs the Hugging Face Trainer on one task;
-  (d) benchmarks/bench_loop_overhead.py: mtl's loop vs a bare loop over identical batches.
-Every run: `logger=none trainer.epochs=E data.max_examples=N` (N caps each task's train split;
-the dev splits, 275 examples each, are below the cap), no export. `--skip-runs` rebuilds the
-report from the sweeps already in `--work`. `--quick`: model=tiny, 2 seeds, few examples (tests).
+    python benchmarks/study.py [--groups mixtures,balancers,mixup] [--options a,b] [--seeds 3]
+        [--epochs 3] [--resume] [--budget-min 150] [--report-only] [--results docs/study]
+        [--out docs/study.md] [--work outputs/study] [--quick]
+
+`--budget-min`: start no job after that many minutes. `--quick`: the tiny model, 48 / 24 / 8
+training rows, 1 epoch (tests).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,386 +43,289 @@ from pathlib import Path
 
 from harness import ROOT, emit, parser
 
-LOADERS = ("random", "round_robin", "mixup", "sequential")
-SAMPLERS = ("random", "block_shuffle")
-TASKS = ("pydoc_topic", "pydoc_code", "pydoc_code_share")
-DEFAULT = ("random", "block_shuffle")  # the default config's loader and sampler
+CAPS = {"pydoc_topic": 1500, "pydoc_code": 400, "pydoc_code_share": 100}
+QUICK_CAPS = {"pydoc_topic": 48, "pydoc_code": 24, "pydoc_code_share": 8}
+METRIC = {"pydoc_topic": "accuracy", "pydoc_code": "f1", "pydoc_code_share": "pearson"}
+SMALL = "pydoc_code_share"
+GROUPS: dict[str, dict[str, list[str]]] = {
+    "mixtures": {
+        "proportional": [],
+        "uniform": ["loader.weighting=uniform"],
+        "temperature 2": ["loader.weighting=temperature", "loader.temperature=2"],
+        "annealed": ["loader.weighting=annealed"],
+        "uniform cap 2 passes": ["loader.weighting=uniform", "loader.max_passes=2"],
+        "exp3 online": ["loader.online={policy: exp3}"],
+        "dev_gap online": ["loader.online={policy: dev_gap}", "trainer.eval_every=20"],
+    },
+    "balancers": {
+        name: ["loader=mixup", f"balancer={name}"]
+        for name in ("sum", "uncertainty", "dwa", "upgrad", "pcgrad", "mgda")
+    },
+    "mixup": {
+        "random": [],
+        "mixup equal examples": ["loader=mixup"],
+        "mixup equal steps": ["loader=mixup", "trainer.epochs={epochs_x3}"],
+    },
+    "plateau": {"proportional each epoch": ["trainer.epochs={plateau_epochs}"]},
+}
+BASE = ["logger=none", "trainer.export=false", "trainer.progress_bar=false", "trainer.keep_last=1"]
+PAIRS = [(a, b) for i, a in enumerate(CAPS) for b in list(CAPS)[i + 1 :]]
+FIELDS = ["option", "seed", "overrides", "steps", "wall_s"] + list(CAPS) + ["epochs_curve"]
+FIELDS += [f"{when}_cos/{a}/{b}" for when in ("first", "last") for a, b in PAIRS]
+FIELDS += [f"last_affinity/{a}/{b}" for a in CAPS for b in CAPS if a != b]
 
 
-def sweep(work: Path, name: str, overrides: list[str]) -> Path:
-    """Run `train.py -m <overrides>` into `<work>/<name>`; returns the sweep folder."""
-    folder = work / name
-    command = [sys.executable, str(ROOT / "train.py"), "-m", *overrides]
-    command.append(f"hydra.sweep.dir={folder}")
-    print("$", " ".join(command[1:]), flush=True)
+# -- running ---------------------------------------------------------------------------------------
+
+
+def job_overrides(args, option_overrides: list[str], seed: int) -> list[str]:
+    caps = QUICK_CAPS if args.quick else CAPS
+    out = [*BASE, f"seed={seed}", f"trainer.epochs={args.epochs}"]
+    out += [f"task.{t}.max_train_examples={n}" for t, n in caps.items()]
+    out += [f"task.{t}.max_length={64 if args.quick else 128}" for t in caps]
+    out += ["model=tiny"] if args.quick else []
+    fields = {"epochs_x3": 3 * args.epochs, "plateau_epochs": args.plateau_epochs}
+    return out + [o.format(**fields) for o in option_overrides]
+
+
+def run_job(args, group: str, option: str, seed: int) -> dict:
+    """One `train.py` run; its CSV row."""
+    overrides = job_overrides(args, GROUPS[group][option], seed)
+    folder = Path(args.work) / group / f"{option.replace(' ', '_')}-{seed}"
+    if folder.exists():
+        shutil.rmtree(folder)  # a job that did not end: run again from the start
+    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={folder}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    print(f"  {time.perf_counter() - started:.0f} s, exit {done.returncode}", flush=True)
-    if not (folder / "summary.csv").is_file():
-        sys.exit(f"study: sweep {name} wrote no summary.csv:\n{done.stderr[-3000:]}")
-    return folder
+    wall = time.perf_counter() - started
+    if done.returncode:
+        sys.exit(f"study: {group} / {option} / seed {seed} failed:\n{done.stderr[-3000:]}")
+    row = job_row(folder, option, seed, overrides, wall)
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # the figures are in the row
+    return row
 
 
-def read_summary(folder: Path) -> tuple[list[dict], list[str]]:
-    """The completed jobs of summary.csv (overrides as a dict, numbers as floats), and one line
-    for each job that did not complete (failed, or killed: left out of every figure)."""
-    rows, left_out = [], []
-    with open(folder / "summary.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            out = {"overrides": dict(o.split("=", 1) for o in row["overrides"].split() if "=" in o)}
-            for key, value in row.items():
-                if key != "overrides":
-                    out[key] = _number(value)
-            scored = isinstance(out["monitor"], float) and math.isfinite(out["monitor"])
-            if row["status"] == "COMPLETED" and scored:
-                rows.append(out)
-            elif row["status"] == "COMPLETED":  # ended without an evaluation (a stop signal)
-                left_out.append(f"{folder.name} job {row['job']} ({row['overrides']}): no figures")
-            else:
-                error = f": {row['error']}" if row.get("error") else ""
-                left_out.append(
-                    f"{folder.name} job {row['job']} ({row['overrides']}): {row['status']}{error}"
-                )
-    return rows, left_out
+def job_row(folder: Path, option: str, seed: int, overrides: list[str], wall: float) -> dict:
+    """A finished run's CSV row, from its results.json and metrics.jsonl."""
+    results = json.loads((folder / "results.json").read_text())
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    evals = [r for r in map(json.loads, lines) if any(k.startswith("eval/") for k in r)]
+    diagnosed = [r for r in evals if any(k.startswith("grad_cos/") for k in r)]
+    row = {"option": option, "seed": seed, "overrides": " ".join(overrides)}
+    row |= {"steps": results["step"], "wall_s": round(wall, 1)}
+    row |= {t: results.get(f"eval/{t}/{m}", "") for t, m in METRIC.items()}
+    curve = [[r["step"], *(r.get(f"eval/{t}/{m}") for t, m in METRIC.items())] for r in evals]
+    row["epochs_curve"] = json.dumps(curve)
+    for when, rows in (("first", diagnosed[:1]), ("last", diagnosed[-1:])):
+        for a, b in PAIRS:
+            row[f"{when}_cos/{a}/{b}"] = rows[0].get(f"grad_cos/{a}/{b}", "") if rows else ""
+    last = diagnosed[-1] if diagnosed else {}
+    for a in CAPS:
+        for b in [b for b in CAPS if b != a]:
+            row[f"last_affinity/{a}/{b}"] = last.get(f"affinity/{a}/{b}", "")
+    return row
 
 
-def _number(value: str):
+def append_row(path: Path, row: dict) -> None:
+    """Add `row` to the CSV at `path` (its header first when new), flushed to disk."""
+    new = not path.is_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_study(args) -> int:
+    """Every job of the chosen groups not in the results yet (with --resume); the jobs run."""
+    started, ran = time.perf_counter(), 0
+    for group in args.groups:
+        path = Path(args.results) / f"{group}.csv"
+        options = [o for o in GROUPS[group] if not args.options or o in args.options]
+        for seed in range(args.seeds):  # seed by seed: every option gets its first seed first
+            for option in options:
+                done = {(r["option"], int(r["seed"])) for r in read_rows(path)}
+                if (option, seed) in done:
+                    if args.resume:
+                        continue
+                    sys.exit(f"study: {path} has {option} seed {seed} already; use --resume")
+                if (time.perf_counter() - started) / 60 > args.budget_min:
+                    print(f"study: budget of {args.budget_min} min spent", file=sys.stderr)
+                    return ran
+                print(f"study: {group} / {option} / seed {seed}", file=sys.stderr, flush=True)
+                append_row(path, run_job(args, group, option, seed))
+                ran += 1
+    return ran
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def number(value) -> float:
     try:
         return float(value)
-    except ValueError:
-        return value
+    except (TypeError, ValueError):
+        return math.nan
 
 
-def mean_sd(values: list[float]) -> tuple[float, float, int]:
-    values = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+def mean_se(values: list[float]) -> tuple[float, float, int]:
+    """Mean, standard error (nan with one value) and count of the finite values."""
+    values = [v for v in values if math.isfinite(v)]
     if not values:
         return math.nan, math.nan, 0
-    sd = statistics.stdev(values) if len(values) > 1 else math.nan
-    return statistics.fmean(values), sd, len(values)
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return statistics.fmean(values), se, len(values)
 
 
-def fmt(mean: float, sd: float, digits: int = 4) -> str:
+def cell(mean: float, se: float, digits: int = 3) -> str:
     if math.isnan(mean):
         return "-"
-    return f"{mean:.{digits}f} ± {sd:.{digits}f}" if not math.isnan(sd) else f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {se:.{digits}f}" if not math.isnan(se) else f"{mean:.{digits}f}"
 
 
-def metric_columns(rows: list[dict]) -> dict[str, str]:
-    """{task: its main-metric column} from a summary's columns (`<task>/<metric>`)."""
-    out = {}
-    for key in rows[0]:
-        task = key.split("/", 1)[0]
-        if "/" in key and task in TASKS and task not in out:
-            out[task] = key
-    return out
+def paired(rows: list[dict], option: str, base: str, column: str) -> tuple[float, float, int]:
+    """option - base on `column`, paired by seed: mean difference, its standard error, n."""
+    a = {r["seed"]: number(r[column]) for r in rows if r["option"] == option}
+    b = {r["seed"]: number(r[column]) for r in rows if r["option"] == base}
+    return mean_se([a[s] - b[s] for s in a if s in b])
 
 
-def by_config(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        o = row["overrides"]
-        groups.setdefault(
-            (o.get("loader", "random"), o.get("sampler", "block_shuffle")), []
-        ).append(row)
-    return groups
+def verdict(diff: float, se: float, n: int) -> str:
+    if n < 2 or math.isnan(se):
+        return "too few seeds to say"
+    if abs(diff) > 2 * se:
+        return "beyond 2 standard errors"
+    return "within 2 standard errors (no difference shown)"
 
 
-def present(groups, index: int, known: tuple[str, ...]) -> list[str]:
-    """The loaders (index 0) or samplers (1) the runs used, in the study's order."""
-    used = {key[index] for key in groups}
-    return [x for x in known if x in used] + sorted(used - set(known))
-
-
-def paired_difference(groups, column: str, loaders) -> tuple[float, float, int]:
-    """block_shuffle - random, paired by loader and seed: mean difference, its standard error, n."""
-    diffs = []
-    for loader in loaders:
-        a = {
-            r["overrides"].get("seed"): r[column] for r in groups.get((loader, "block_shuffle"), [])
-        }
-        b = {r["overrides"].get("seed"): r[column] for r in groups.get((loader, "random"), [])}
-        diffs += [
-            a[s] - b[s] for s in a if s in b and isinstance(a[s], float) and isinstance(b[s], float)
-        ]
-    if len(diffs) < 2:
-        return math.nan, math.nan, len(diffs)
-    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
-
-
-def verdict(diff: float, se: float) -> str:
-    if math.isnan(diff) or math.isnan(se):
-        return "too few runs to say"
-    if abs(diff) <= 2 * se:
-        return "no difference beyond 2 standard errors"
-    return "higher" if diff > 0 else "lower"
-
-
-def plot(groups, single, columns, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
-    fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns), 4), squeeze=False)
-    for ax, (task, column) in zip(axes[0], columns.items(), strict=True):
-        width = 0.8 / len(samplers)
-        for j, sampler in enumerate(samplers):
-            stats = [mean_sd([r[column] for r in groups.get((lo, sampler), [])]) for lo in loaders]
-            xs = [i + (j - (len(samplers) - 1) / 2) * width for i in range(len(loaders))]
-            ax.bar(
-                xs,
-                [s[0] for s in stats],
-                width,
-                yerr=[s[1] for s in stats],
-                label=sampler,
-                capsize=3,
+def group_section(group: str, rows: list[dict]) -> list[str]:
+    """A group's table (mean ± standard error over seeds), its paired differences against its
+    baseline with the verdicts, and its step-time ratios."""
+    options = [o for o in GROUPS[group] if any(r["option"] == o for r in rows)]
+    base = next(iter(GROUPS[group]))
+    lines = [f"## {group}", ""]
+    if not options:
+        return lines + ["Not run yet.", ""]
+    header = ["option", "seeds", *CAPS, "steps", "s/step"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    speed = {}
+    for option in options:
+        mine = [r for r in rows if r["option"] == option]
+        figures = [cell(*mean_se([number(r[t]) for r in mine])[:2]) for t in CAPS]
+        steps = statistics.fmean(number(r["steps"]) for r in mine)
+        speed[option] = statistics.fmean(number(r["wall_s"]) / number(r["steps"]) for r in mine)
+        lines.append(
+            f"| {option} | {len(mine)} | {' | '.join(figures)} | {steps:.0f} | "
+            f"{speed[option]:.2f} |"
+        )
+    lines.append("")
+    if base not in options or group == "plateau":
+        return lines
+    lines += [f"Paired by seed, each option minus {base} (mean ± standard error, n):", ""]
+    for option in [o for o in options if o != base]:
+        for task in CAPS:
+            diff, se, n = paired(rows, option, base, task)
+            small = " (the small task)" if task == SMALL else ""
+            lines.append(
+                f"- {option}, {task}{small}: {cell(diff, se)} (n={n}): {verdict(diff, se, n)}"
             )
-        alone = mean_sd([r[column] for r in single.get(task, [])])
-        if not math.isnan(alone[0]):
-            ax.axhline(alone[0], color="black", ls="--", lw=1, label="single task")
-        ax.set_xticks(range(len(loaders)), loaders)
-        ax.set_title(column)
-        low = min((b.get_height() for b in ax.patches), default=0)
-        ax.set_ylim(max(0.0, low - 0.1), None)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("dev metric by loader and sampler (mean ± sd over seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ratios = ", ".join(f"{o} {speed[o] / speed[base]:.2f}x" for o in options if o != base)
+    return lines + ["", f"Wall time per optimizer step against {base}: {ratios}.", ""]
 
 
-def mixing_table(groups: dict, columns: dict, loaders: list, samplers: list) -> list[str]:
-    """(a): each loader and sampler's dev metrics, steps, time and speed."""
-    lines: list[str] = []
-    head = ["loader", "sampler", *columns.values(), "eval/mean", "steps", "wall s", "examples/s"]
-    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for loader in loaders:
-        for sampler in samplers:
-            rows = groups.get((loader, sampler), [])
-            cells = [fmt(*mean_sd([r[c] for r in rows])[:2]) for c in columns.values()]
-            cells.append(fmt(*mean_sd([r["monitor"] for r in rows])[:2]))
-            cells.append(fmt(mean_sd([r["steps"] for r in rows])[0], math.nan, digits=0))
-            cells.append(fmt(*mean_sd([r["wall_s"] for r in rows])[:2], digits=0))
-            cells.append(fmt(*mean_sd([r.get("examples_per_s", math.nan) for r in rows])[:2], 1))
-            mark = " (default)" if (loader, sampler) == DEFAULT else ""
-            lines.append(f"| {loader}{mark} | {sampler} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Every configuration sees the same examples; `steps` are optimizer steps. A mixup step "
-        "holds one batch of every task, so at the same examples and learning rate it takes a "
-        "third of the optimizer steps (and pads every row to the step's longest).",
-        "",
-        "![dev metrics](study_metrics.png)",
-        "",
-    ]
-    return lines
-
-
-def sampler_section(groups: dict, columns: dict, loaders: list) -> list[str]:
-    """What block shuffle costs, and which loader wins per task."""
-    lines: list[str] = []
-    lines += ["### Does block shuffle cost accuracy?", ""]
-    lines += ["block_shuffle minus random, paired by loader and seed (mean ± standard error):", ""]
-    for task, column in {**columns, "mean": "monitor"}.items():
-        diff, se, n = paired_difference(groups, column, loaders)
-        lines.append(f"- {task}: {diff:+.4f} ± {se:.4f} (n={n}): {verdict(diff, se)}")
-    speed = [
-        mean_sd(
-            [r.get("examples_per_s", math.nan) for lo in LOADERS for r in groups.get((lo, s), [])]
-        )[0]
-        for s in SAMPLERS
-    ]
-    if all(not math.isnan(x) for x in speed):
-        lines.append(f"- training speed: {speed[1] / speed[0]:.2f}x the examples/s of random")
-    lines += ["", "### Which loader wins, per task (block_shuffle)", ""]
-    for task, column in columns.items():
-        stats = {
-            lo: mean_sd([r[column] for r in groups.get((lo, "block_shuffle"), [])])
-            for lo in LOADERS
-        }
-        ranked = sorted((lo for lo in stats if stats[lo][2]), key=lambda lo: -stats[lo][0])
-        if len(ranked) < 2:
+def interactions(results: dict[str, list[dict]]) -> list[str]:
+    """The gradient cosines at the first and last evaluation and the last affinities, mean over
+    each group's baseline jobs."""
+    lines = ["## Task interactions", ""]
+    for group, rows in results.items():
+        base = [r for r in rows if r["option"] == next(iter(GROUPS[group]))]
+        if not base or group == "plateau":
             continue
-        top, second = stats[ranked[0]], stats[ranked[1]]
-        se = math.sqrt((top[1] ** 2 + second[1] ** 2) / max(top[2], 1))
-        gap = top[0] - second[0]
-        sure = "clear" if gap > 2 * se else "within the seeds' spread"
-        lines.append(
-            f"- {task}: {ranked[0]} {top[0]:.4f}, then {ranked[1]} {second[0]:.4f} "
-            f"(gap {gap:.4f}, standard error {se:.4f}: {sure}); last {ranked[-1]} "
-            f"{stats[ranked[-1]][0]:.4f}"
-        )
+        lines.append(f"{group}, {base[0]['option']} ({len(base)} jobs):")
+        for a, b in PAIRS:
+            first = mean_se([number(r[f"first_cos/{a}/{b}"]) for r in base])[0]
+            last = mean_se([number(r[f"last_cos/{a}/{b}"]) for r in base])[0]
+            lines.append(f"- gradient cosine {a} / {b}: {first:+.3f} first, {last:+.3f} last")
+        for a in CAPS:
+            for b in [b for b in CAPS if b != a]:
+                value = mean_se([number(r[f"last_affinity/{a}/{b}"]) for r in base])[0]
+                lines.append(f"- affinity of a step on {a} for {b}: {value:+.4f}")
+        lines.append("")
     return lines
 
 
-def single_section(groups: dict, columns: dict, single: dict, single_rows: list) -> list[str]:
-    """(b): multi-task vs one model per task."""
-    lines: list[str] = []
-    lines += ["", "## (b) Multi-task vs one model per task", ""]
-    lines += [
-        "Same steps per task; multi-task = the default config (random loader, block_shuffle).",
-        "",
-    ]
-    head = ["task", "metric", "single task", "multi-task (default)", "difference ± se", "verdict"]
-    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for task, column in columns.items():
-        alone = mean_sd([r[column] for r in single.get(task, [])])
-        mixed = mean_sd([r[column] for r in groups.get(DEFAULT, [])])
-        se = math.sqrt(alone[1] ** 2 / max(alone[2], 1) + mixed[1] ** 2 / max(mixed[2], 1))
-        diff = mixed[0] - alone[0]
+def plateau_section(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    large = next(iter(CAPS))
+    lines = ["## Plateau of the large task (proportional)", ""]
+    for row in rows:
+        curve = json.loads(row["epochs_curve"])
+        best = max(point[1] for point in curve)
+        near = next(i for i, point in enumerate(curve) if point[1] >= 0.95 * best)
+        figures = ", ".join(f"{point[1]:.3f}" for point in curve)
         lines.append(
-            f"| {task} | {column.split('/', 1)[1]} | {fmt(*alone[:2])} | {fmt(*mixed[:2])} | "
-            f"{diff:+.4f} ± {se:.4f} | {verdict(diff, se)} |"
+            f"- seed {row['seed']}: {large} by evaluation {figures}; plateau {best:.3f}, within "
+            f"5% of it from evaluation {near + 1} (step {curve[near][0]})"
         )
-    wall_single = sum(r["wall_s"] for r in single_rows if isinstance(r["wall_s"], float))
-    wall_multi = sum(r["wall_s"] for r in groups.get(DEFAULT, []) if isinstance(r["wall_s"], float))
-    if wall_single and wall_multi:
-        lines += [
-            "",
-            f"Wall time: {wall_multi:.0f} s for the multi-task runs of the default "
-            f"config vs {wall_single:.0f} s for the single-task runs of the same seeds.",
-        ]
-    return lines
+    return lines + [""]
 
 
-def report(mixing: list[dict], single_rows: list[dict], bench: dict, args, budget_s: float) -> str:
-    columns = metric_columns(mixing)
-    groups = by_config(mixing)
-    loaders, samplers = present(groups, 0, LOADERS), present(groups, 1, SAMPLERS)
-    single: dict[str, list[dict]] = {}
-    for row in single_rows:
-        task = row["overrides"].get("task", "").strip("[]")
-        single.setdefault(task, []).append(row)
-    lines = ["# The study: mixing, batching and multi-task on the bundled tasks", ""]
-    lines += [
-        f"Default tasks ({', '.join(TASKS)}), model `{'tiny' if args.quick else 'minilm'}`, "
-        f"{args.epochs} epoch(s) over at most {args.max_examples} training examples per task, "
-        f"seeds 0-{args.seeds - 1}; the dev splits are whole. Machine: {os.cpu_count()} CPU cores; "
-        f"the whole study took {budget_s / 60:.0f} min. Remade by `python benchmarks/study.py` "
-        "(the commands it ran are listed at the end).",
+def report(results_dir: Path) -> str:
+    results = {g: read_rows(results_dir / f"{g}.csv") for g in GROUPS}
+    caps = " / ".join(f"{t} {n}" for t, n in CAPS.items())
+    lines = [
+        "# Which mixture and which balancer, on tasks of unequal size",
         "",
-        "## (a) Loader x sampler: dev main metric, mean ± sd over seeds",
+        "Made by `python benchmarks/study.py --report-only` from docs/study/*.csv alone (one row "
+        f"a job). MiniLM, the default three tasks with their training rows capped at {caps} "
+        "(dev splits whole: 275 rows each), max_length 128; each figure is the task's dev figure "
+        f"at the end of the run ({', '.join(f'{t} {m}' for t, m in METRIC.items())}), mean ± "
+        "standard error over seeds. A comparison with no rows is not reported.",
         "",
     ]
-    lines += mixing_table(groups, columns, loaders, samplers)
-    lines += sampler_section(groups, columns, loaders)
-    lines += single_section(groups, columns, single, single_rows)
-    lines += ["", "## (c) mtl vs the Hugging Face Trainer, (d) loop overhead", ""]
-    for name in ("vs_trainer", "loop_overhead"):
-        if name in bench:
-            lines += [
-                f"`benchmarks/bench_{name}.py`:",
-                "",
-                "```",
-                bench[name]["table"].rstrip(),
-                "```",
-                "",
-            ]
-    if args.left_out:
-        lines += ["Jobs left out (not completed):", ""]
-        lines += [f"- {line}" for line in args.left_out] + [""]
-    lines += ["## Commands", "", "```"]
-    lines += [*args.commands, "```", ""]
-    return "\n".join(lines)
-
-
-def shown(path: Path) -> str:
-    """A path as the commands show it: relative to the checkout when inside it."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
-def run_bench(script: str, work: Path, quick: bool) -> dict:
-    out = work / f"{script}.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / script), "--json", str(out)]
-    command += ["--quick"] if quick else []
-    print("$", " ".join(command[1:]), flush=True)
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"study: {script} failed:\n{done.stderr[-3000:]}")
-    table = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("{"))
-    return {"table": table, "figures": json.loads(out.read_text())}
-
-
-def sweep_plans(args) -> dict[str, list[str]]:
-    """The two sweeps' overrides: (a) mixing and (b) single."""
-    seeds = ",".join(str(s) for s in range(args.seeds))
-    common = [
-        "logger=none",
-        "trainer.progress_bar=false",
-        "trainer.export=false",
-        f"trainer.epochs={args.epochs}",
-        f"data.max_examples={args.max_examples}",
-        f"seed={seeds}",
-    ]
-    if args.quick:
-        common.append("model=tiny")
-    return {
-        "mixing": [
-            f"loader={','.join(args.loaders)}",
-            f"sampler={','.join(args.samplers)}",
-            *common,
-        ],
-        "single": [f"task={','.join(TASKS)}", *common],
-    }
+    lines += plateau_section(results["plateau"])
+    for group in ("mixtures", "balancers", "mixup"):
+        lines += group_section(group, results[group])
+    lines += interactions(results)
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> None:
-    p = parser(__doc__, "model=tiny, 2 seeds, few examples (tests)")
-    p.add_argument("--out", type=Path, default=ROOT / "docs")
-    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "study")
+    p = parser(__doc__, "the tiny model, 48 / 24 / 8 training rows, 1 epoch")
+    p.add_argument("--groups", default="mixtures,balancers,mixup", help="comma-separated")
+    p.add_argument("--options", default="", help="comma-separated (default: every option)")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--max-examples", type=int, default=600)
-    p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated")
-    p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated")
-    p.add_argument("--skip-runs", action="store_true")
-    p.add_argument("--no-bench", action="store_true", help="leave out (c) and (d)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--plateau-epochs", type=int, default=8)
+    p.add_argument("--resume", action="store_true", help="skip the jobs already in the results")
+    p.add_argument("--budget-min", type=float, default=150, help="start no job after this")
+    p.add_argument("--report-only", action="store_true", help="remake the report, run nothing")
+    p.add_argument("--results", default=str(ROOT / "docs" / "study"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "study.md"))
+    p.add_argument("--work", default=str(ROOT / "outputs" / "study"))
     args = p.parse_args()
+    args.groups = [g for g in args.groups.split(",") if g]
+    args.options = [o for o in args.options.split(",") if o]
+    unknown = sorted(set(args.groups) - set(GROUPS))
+    if unknown:
+        p.error(f"--groups: {unknown[0]} is not one of {', '.join(GROUPS)}")
     if args.quick:
-        args.seeds, args.max_examples = min(args.seeds, 2), min(args.max_examples, 48)
-    args.loaders, args.samplers = args.loaders.split(","), args.samplers.split(",")
-    plans = sweep_plans(args)
-    args.commands = [
-        f"python train.py -m {' '.join(o)} hydra.sweep.dir={shown(args.work / name)}"
-        for name, o in plans.items()
-    ]
-    started = time.perf_counter()
-    bench: dict = {}
-    if not args.skip_runs:
-        for name, overrides in plans.items():
-            sweep(args.work, name, overrides)
-        if not args.no_bench:
-            for name in ("vs_trainer", "loop_overhead"):
-                bench[name] = run_bench(f"bench_{name}.py", args.work, args.quick)
-                (args.work / f"{name}.json").write_text(json.dumps(bench[name]))
-    else:
-        for name in ("vs_trainer", "loop_overhead"):
-            if (args.work / f"{name}.json").is_file():
-                bench[name] = json.loads((args.work / f"{name}.json").read_text())
-    budget = time.perf_counter() - started
-    if args.skip_runs and (args.work / "budget_s").is_file():
-        budget = float((args.work / "budget_s").read_text())
-    else:
-        (args.work / "budget_s").write_text(str(budget))
-    args.commands += [f"python benchmarks/bench_{n}.py" for n in bench]
-    mixing, left_mixing = read_summary(args.work / "mixing")
-    single, left_single = read_summary(args.work / "single")
-    args.left_out = left_mixing + left_single
-    args.out.mkdir(parents=True, exist_ok=True)
-    groups = by_config(mixing)
-    single_by_task: dict[str, list[dict]] = {}
-    for row in single:
-        single_by_task.setdefault(row["overrides"].get("task", "").strip("[]"), []).append(row)
-    plot(groups, single_by_task, metric_columns(mixing), args.out / "study_metrics.png")
-    text = report(mixing, single, bench, args, budget)
-    (args.out / "study.md").write_text(text)
-    print(text)
-    emit({"bench": "study", "runs": len(mixing) + len(single), "minutes": budget / 60}, args.json)
+        args.epochs, args.plateau_epochs = 1, 2
+    ran = 0 if args.report_only else run_study(args)
+    Path(args.out).write_text(report(Path(args.results)))
+    emit({"bench": "study", "peer": "each group's first option", "jobs_run": ran}, args.json)
 
 
 if __name__ == "__main__":

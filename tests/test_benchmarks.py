@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import runpy
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ import torch
 from accelerate.state import AcceleratorState
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.append(str(BENCH_DIR))  # study.py's functions, read by its report test (and `harness`)
+import study  # noqa: E402
+
 BENCHMARKS = {
     "bench_sampler_scale.py": "sampler_scale",
     "bench_randomness.py": "randomness",
@@ -213,50 +217,74 @@ def test_online_on_two_processes_runs_every_row_on_the_same_batches():
     assert set(figures["ratio"]) == {"static", "online every 1", "online every 20"}
 
 
-@pytest.mark.slow
-def test_study_runs_its_sweeps_and_reports_them(tmp_path):
-    """benchmarks/study.py end to end (tiny model, 1 loader x 2 samplers x 2 seeds, 3 single-task
-    baselines x 2 seeds); its table is checked against the sweeps' own summary.csv."""
-    import csv
-    import statistics
+def study_rows(option: str, figures: list[float]) -> list[dict]:
+    """Rows of benchmarks/study.py's CSVs for `option`, one per seed, `figures` its tasks'
+    first dev figure by seed (the others derived from it)."""
+    rows = []
+    for seed, value in enumerate(figures):
+        row = dict.fromkeys(study.FIELDS, "")
+        row |= {"option": option, "seed": seed, "overrides": "", "steps": 100, "wall_s": 50 + seed}
+        row |= {task: value / (i + 1) for i, task in enumerate(study.CAPS)}
+        row |= {k: 0.1 * (seed + 1) for k in study.FIELDS if k.startswith(("first_", "last_"))}
+        row["epochs_curve"] = json.dumps([[50, value - 0.1], [100, value]])
+        rows.append(row)
+    return rows
 
-    out, work = tmp_path / "docs", tmp_path / "work"
-    done = subprocess.run(
-        [sys.executable, str(BENCH_DIR / "study.py"), "--quick", "--no-bench"]
-        + ["--loaders", "mixup", "--work", str(work), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+
+def test_study_report_is_made_from_its_csvs_alone(tmp_path):
+    """`study.py --report-only`: each option's mean ± standard error over seeds, the paired
+    difference against the group's baseline with its verdict; a changed row changes the table;
+    a group with no rows says it was not run."""
+    results = tmp_path / "study"
+    rows = study_rows("proportional", [0.5, 0.6, 0.7]) + study_rows("uniform", [0.52, 0.64, 0.76])
+    for row in rows:
+        study.append_row(results / "mixtures.csv", row)
+    out = tmp_path / "study.md"
+    argv = [str(BENCH_DIR / "study.py"), "--report-only", "--results", str(results)]
+    run_here([*argv, "--out", str(out)])
+    text = out.read_text()
+    values = [0.52, 0.64, 0.76]
+    mean, se = statistics.fmean(values), statistics.stdev(values) / 3**0.5
+    line = next(x for x in text.splitlines() if x.startswith("| uniform |"))
+    assert line.split(" | ")[2] == f"{mean:.3f} ± {se:.3f}"  # option | seeds | pydoc_topic
+    diffs = [0.02, 0.04, 0.06]  # paired by seed
+    diff, dse = statistics.fmean(diffs), statistics.stdev(diffs) / 3**0.5
+    assert f"- uniform, pydoc_topic: {diff:.3f} ± {dse:.3f} (n=3): beyond 2 standard" in text
+    assert "## balancers\n\nNot run yet." in text
+    assert "- gradient cosine pydoc_topic / pydoc_code: +0.200 first" in text  # seeds' mean
+    rows[4]["pydoc_topic"] = 0.9  # uniform, seed 1
+    (results / "mixtures.csv").unlink()
+    for row in rows:
+        study.append_row(results / "mixtures.csv", row)
+    run_here([*argv, "--out", str(out)])
+    values = [0.52, 0.9, 0.76]
+    mean, se = statistics.fmean(values), statistics.stdev(values) / 3**0.5
+    line = next(x for x in out.read_text().splitlines() if x.startswith("| uniform |"))
+    assert line.split(" | ")[2] == f"{mean:.3f} ± {se:.3f}"
+
+
+@pytest.mark.slow
+def test_study_runs_its_jobs_into_its_csv_and_resumes(tmp_path):
+    """benchmarks/study.py --quick: each job a train.py process, its row in the group's CSV as
+    it ends; --resume runs only what is missing, and without it a done job is refused."""
+    results = tmp_path / "study"
+    argv = [sys.executable, str(BENCH_DIR / "study.py"), "--quick", "--groups", "mixtures"]
+    argv += ["--options", "proportional,uniform", "--seeds", "1", "--results", str(results)]
+    argv += ["--work", str(tmp_path / "work"), "--out", str(tmp_path / "study.md")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["runs"] == 10
-    with open(work / "mixing" / "summary.csv", newline="") as f:
-        mixing = list(csv.DictReader(f))
-    assert len(mixing) == 4 and {r["status"] for r in mixing} == {"COMPLETED"}
-    text = (out / "study.md").read_text()
-    for loader in ("mixup",):
-        for sampler in ("random", "block_shuffle"):
-            values = [
-                float(r["pydoc_code/f1"])
-                for r in mixing
-                if f"loader={loader}" in r["overrides"].split()
-                and f"sampler={sampler}" in r["overrides"].split()
-            ]
-            assert len(values) == 2  # one per seed
-            cell = f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
-            rows = [line for line in text.splitlines() if line.startswith(f"| {loader}")]
-            row = next(line for line in rows if f"| {sampler} |" in line)
-            assert row.split(" | ")[3] == cell  # loader | sampler | pydoc_topic | pydoc_code
-    # block_shuffle - random is paired by loader and seed: 1 loader x 2 seeds
-    assert "- pydoc_code: " in text and "(n=2)" in text
-    with open(work / "single" / "summary.csv", newline="") as f:
-        single = list(csv.DictReader(f))
-    tasks = [next(o for o in r["overrides"].split() if o.startswith("task=")) for r in single]
-    assert sorted(tasks) == sorted(
-        f"task={t}" for t in ("pydoc_topic", "pydoc_code", "pydoc_code_share") for _ in range(2)
-    )
-    assert (out / "study_metrics.png").stat().st_size > 10_000
+    assert json.loads(done.stdout.strip().splitlines()[-1])["jobs_run"] == 2
+    rows = study.read_rows(results / "mixtures.csv")
+    assert [(r["option"], r["seed"]) for r in rows] == [("proportional", "0"), ("uniform", "0")]
+    for row in rows:
+        assert int(row["steps"]) > 0 and 0 <= float(row["pydoc_topic"]) <= 1
+        assert "task.pydoc_code_share.max_train_examples=8" in row["overrides"]
+    assert "| uniform | 1 |" in (tmp_path / "study.md").read_text()
+    again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, check=False)
+    assert json.loads(again.stdout.strip().splitlines()[-1])["jobs_run"] == 0
+    assert study.read_rows(results / "mixtures.csv") == rows
+    refused = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert refused.returncode != 0 and "use --resume" in refused.stderr
 
 
 @pytest.mark.slow
