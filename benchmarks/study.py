@@ -84,8 +84,12 @@ def job_overrides(args, option_overrides: list[str], seed: int) -> list[str]:
     out += [f"task.{t}.max_train_examples={n}" for t, n in caps.items()]
     out += [f"task.{t}.max_length={64 if args.quick else 128}" for t in caps]
     out += ["model=tiny"] if args.quick else []
-    fields = {"epochs_x3": 3 * args.epochs, "plateau_epochs": args.plateau_epochs}
-    return out + [o.format(**fields) for o in option_overrides]
+    fields = {"{epochs_x3}": 3 * args.epochs, "{plateau_epochs}": args.plateau_epochs}
+    for option in option_overrides:  # placeholders only: a value's own braces stay as they are
+        for field, value in fields.items():
+            option = option.replace(field, str(value))
+        out.append(option)
+    return out
 
 
 def run_job(args, group: str, option: str, seed: int) -> dict:

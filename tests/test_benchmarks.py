@@ -263,6 +263,19 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     assert line.split(" | ")[2] == f"{mean:.3f} ± {se:.3f}"
 
 
+def test_every_study_job_has_its_overrides_as_typed():
+    args = type("Args", (), {"quick": False, "epochs": 3, "plateau_epochs": 8})()
+    for group, options in study.GROUPS.items():
+        for option, overrides in options.items():
+            got = study.job_overrides(args, overrides, seed=1)
+            assert "seed=1" in got and "trainer.epochs=3" in got, (group, option)
+            assert not any("{epochs" in o or "{plateau" in o for o in got), (group, option)
+    exp3 = study.job_overrides(args, study.GROUPS["mixtures"]["exp3 online"], seed=0)
+    assert exp3[-1] == "loader.online={policy: exp3}"
+    steps = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal steps"], seed=0)
+    assert steps[-1] == "trainer.epochs=9"
+
+
 @pytest.mark.slow
 def test_study_runs_its_jobs_into_its_csv_and_resumes(tmp_path):
     """benchmarks/study.py --quick: each job a train.py process, its row in the group's CSV as
