@@ -92,7 +92,8 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     adapted = settings.model.peft is not None
     random_init = settings.model.random_init if adapted else True
     built = dataclasses.replace(settings.model, init_from=None, random_init=random_init)
-    settings = dataclasses.replace(settings, model=built)
+    # builds the model; the run's own settings are returned (an adapter export names its base)
+    build = dataclasses.replace(settings, model=built)
     base = settings.model.tokenizer or settings.model.name_or_path
     if base and base.startswith((".", "/", "~")) and not Path(base).expanduser().exists():
         raise MtlError(
@@ -101,8 +102,8 @@ def trained_model(path: str | Path, *, trust_custom_code: bool = False):
             f"or mtl-export it where the base is), which holds the encoder whole"
         )
     labels = recorded_labels(source if source.is_dir() else source.parent, set(settings.tasks))
-    tasks, tokenizer = build_tasks(settings, int(cfg.get("seed", 0) or 0), labels)
-    model = build_model(settings, tasks)
+    tasks, tokenizer = build_tasks(build, int(cfg.get("seed", 0) or 0), labels)
+    model = build_model(build, tasks)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or set(missing) - frozen_keys(model):

@@ -153,10 +153,17 @@ def adapted_encoder(folder: Path, peft_meta: dict):
             f"model={folder}: {TASKS_FILE} is unreadable; export the run again"
         ) from None
     base = str(folder / "base") if name == "base" else name
-    gone = base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists()
+
+    def refused(why: str) -> MtlError:
+        return MtlError(
+            f"model={folder}: its base model {name} {why}: the export holds adapters for it "
+            f"({TASKS_FILE}'s peft.base_model); put the base model there, or export the run "
+            "again where it is"
+        )
+
+    if base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists():
+        raise refused("is not there (moved or deleted)")
     try:
-        if gone:
-            raise OSError(base)
         with quiet_libraries(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # peft asks a deprecated property
             encoder, _ = load_encoder_and_pooler(
@@ -167,12 +174,6 @@ def adapted_encoder(folder: Path, peft_meta: dict):
             for adapter in others:
                 adapted.load_adapter(adapters[adapter], adapter_name=adapter)
     except (OSError, ValueError) as err:
-        why = f"cannot be read ({type(err).__name__})"
-        why = "is not there (moved or deleted)" if gone else why
-        raise MtlError(
-            f"model={folder}: its base model {name} {why}: the export holds adapters for it "
-            f"({TASKS_FILE}'s peft.base_model); put the base model there, or export the run "
-            "again where it is"
-        ) from None
+        raise refused(f"cannot be read ({type(err).__name__})") from None
     adapted.set_adapter(first)
     return adapted

@@ -256,6 +256,28 @@ def test_a_base_on_no_disk_is_written_into_the_export(tmp_path):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
+def test_mtl_export_of_a_run_started_from_another_writes_its_base(tmp_path):
+    """model.init_from with LoRA: the base is the other run's encoder, on no disk or hub, so
+    mtl-export (as the run's own export) writes it to `base/` rather than naming
+    model.name_or_path."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    model = save_tiny_model("bert", tmp_path / "model")
+    common = ["debug=fast", "model=minilm", f"model.name_or_path={model}", "task=[synthetic_cls]"]
+    common.append("trainer.export=false")
+    with contextlib.redirect_stderr(io.StringIO()):
+        train(compose_config(*common, f"output_dir={first}"))
+        cfg = compose_config(
+            *common, "model.peft=lora", f"model.init_from={first}", f"output_dir={second}"
+        )
+        train(cfg)
+    (second / ".hydra").mkdir()
+    OmegaConf.save(cfg, second / ".hydra" / "config.yaml")
+    with contextlib.redirect_stderr(io.StringIO()):
+        out = export_model(second, tmp_path / "export")
+    assert json.loads((out / "mtl_tasks.json").read_text())["peft"]["base_model"] == "base"
+    assert (out / "base" / "config.json").is_file()
+
+
 def test_a_step_of_one_task_leaves_the_other_tasks_adapters_bit_equal(tmp_path):
     """Adapters per task, round_robin (one task a step) under UPGrad (no shared parameter: each
     task's gradient goes to its own adapter and head): from one step's checkpoint to the next,
