@@ -54,8 +54,11 @@ GROUPS: dict[str, dict[str, list[str]]] = {
         "temperature 2": ["loader.weighting=temperature", "loader.temperature=2"],
         "annealed": ["loader.weighting=annealed"],
         "uniform cap 2 passes": ["loader.weighting=uniform", "loader.max_passes=2"],
-        "exp3 online": ["loader.online={policy: exp3}"],
-        "dev_gap online": ["loader.online={policy: dev_gap}", "trainer.eval_every=20"],
+        "exp3 online": ["loader.online={policy: exp3, update_every: 20}"],
+        "dev_gap online": [
+            "loader.online={policy: dev_gap, update_every: 20}",
+            "trainer.eval_every=20",
+        ],
     },
     "balancers": {
         name: ["loader=mixup", f"balancer={name}"]

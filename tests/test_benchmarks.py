@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from accelerate.state import AcceleratorState
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -271,9 +272,27 @@ def test_every_study_job_has_its_overrides_as_typed():
             assert "seed=1" in got and "trainer.epochs=3" in got, (group, option)
             assert not any("{epochs" in o or "{plateau" in o for o in got), (group, option)
     exp3 = study.job_overrides(args, study.GROUPS["mixtures"]["exp3 online"], seed=0)
-    assert exp3[-1] == "loader.online={policy: exp3}"
+    assert exp3[-1] == "loader.online={policy: exp3, update_every: 20}"
     steps = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal steps"], seed=0)
     assert steps[-1] == "trainer.epochs=9"
+
+
+def test_every_study_job_builds_its_loader():
+    """Each job's loader and its options, built as in training over the study's task sizes (the
+    loader's own checks: an option it refuses would stop the study at that job)."""
+    from mtl.loaders.dry_run import dry_run
+
+    sizes = {task: -(-rows // 32) for task, rows in study.CAPS.items()}
+    for group, options in study.GROUPS.items():
+        for option, overrides in options.items():
+            name, loader_options = "random", {"epochs": 3}
+            for override in overrides:
+                key, value = override.split("=", 1)
+                if key == "loader":
+                    name = value
+                elif key.startswith("loader."):
+                    loader_options[key.removeprefix("loader.")] = yaml.safe_load(value)
+            assert "steps" in dry_run(name, sizes, **loader_options), (group, option)
 
 
 @pytest.mark.slow
