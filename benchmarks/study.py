@@ -17,6 +17,7 @@ Groups (each option x `--seeds` seeds; the first option of a group is its baseli
              same batches, so equal optimizer steps are equal examples);
   mixup      loader=random against loader=mixup at equal examples (the same epochs: a mixup
              step holds one batch of each task) and at equal optimizer steps (3x the epochs);
+             its random is mixtures' proportional, typed the same: that job's row, not a rerun;
   plateau    loader=random, proportional, `--plateau-epochs` epochs evaluated after each: how
              many epochs the large task needs to come within 5% of its plateau (`--epochs`).
 
@@ -170,10 +171,23 @@ def run_study(args) -> int:
                 if (time.perf_counter() - started) / 60 > args.budget_min:
                     print(f"study: budget of {args.budget_min} min spent", file=sys.stderr)
                     return ran
+                same = same_job(args, job_overrides(args, GROUPS[group][option], seed))
+                if same:  # mixup's random is mixtures' proportional: one run, its row in both
+                    said = f"the row of {same['option']}, the same overrides"
+                    print(f"study: {group} / {option} / seed {seed}: {said}", file=sys.stderr)
+                    append_row(path, {**same, "option": option})
+                    continue
                 print(f"study: {group} / {option} / seed {seed}", file=sys.stderr, flush=True)
                 append_row(path, run_job(args, group, option, seed))
                 ran += 1
     return ran
+
+
+def same_job(args, overrides: list[str]) -> dict | None:
+    """The row of a job already run with exactly these overrides, in any group's CSV."""
+    typed = " ".join(overrides)
+    rows = [r for g in GROUPS for r in read_rows(Path(args.results) / f"{g}.csv")]
+    return next((r for r in rows if r["overrides"] == typed), None)
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -237,6 +251,8 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
             f"{speed[option]:.2f} |"
         )
     lines.append("")
+    if group == "mixup":
+        lines += ["random is mixtures' proportional (the same overrides): the same runs.", ""]
     if base not in options or group == "plateau":
         return lines
     lines += [f"Paired by seed, each option minus {base} (mean ± standard error, n):", ""]
@@ -257,7 +273,7 @@ def interactions(results: dict[str, list[dict]]) -> list[str]:
     lines = ["## Task interactions", ""]
     for group, rows in results.items():
         base = [r for r in rows if r["option"] == next(iter(GROUPS[group]))]
-        if not base or group == "plateau":
+        if not base or group in ("plateau", "mixup"):  # mixup's random: mixtures' runs
             continue
         lines.append(f"{group}, {base[0]['option']} ({len(base)} jobs):")
         for a, b in PAIRS:

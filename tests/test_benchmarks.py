@@ -295,6 +295,24 @@ def test_every_study_job_builds_its_loader():
             assert "steps" in dry_run(name, sizes, **loader_options), (group, option)
 
 
+def test_a_study_job_typed_as_one_already_run_takes_its_row(tmp_path):
+    """mixup's random baseline is mixtures' proportional (the same overrides, seed by seed): its
+    row is that job's, not a second run; a job with other overrides is not matched."""
+    args = type("Args", (), {"quick": False, "epochs": 3, "plateau_epochs": 8})()
+    args.results, args.groups, args.options = str(tmp_path), ["mixup"], ["random"]
+    args.seeds, args.resume, args.budget_min = 1, True, 60
+    overrides = study.job_overrides(args, study.GROUPS["mixtures"]["proportional"], seed=0)
+    row = {field: "" for field in study.FIELDS}
+    row |= {"option": "proportional", "seed": 0, "overrides": " ".join(overrides), "steps": 192}
+    row |= {"wall_s": 240.5, "pydoc_topic": 0.72}
+    study.append_row(tmp_path / "mixtures.csv", row)
+    assert study.run_study(args) == 0
+    (got,) = study.read_rows(tmp_path / "mixup.csv")
+    assert got == {**study.read_rows(tmp_path / "mixtures.csv")[0], "option": "random"}
+    other = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal examples"], seed=0)
+    assert study.same_job(args, other) is None
+
+
 @pytest.mark.slow
 def test_study_runs_its_jobs_into_its_csv_and_resumes(tmp_path):
     """benchmarks/study.py --quick: each job a train.py process, its row in the group's CSV as
