@@ -15,8 +15,10 @@ Groups (each option x `--seeds` seeds; the first option of a group is its baseli
              annealed, uniform capped at 2 passes a task and epoch, exp3 online, dev_gap online;
   balancers  loader=mixup: sum, uncertainty, dwa, upgrad, pcgrad, mgda (every balancer sees the
              same batches, so equal optimizer steps are equal examples);
-  mixup      loader=random against loader=mixup at equal examples (the same epochs: a mixup
-             step holds one batch of each task) and at equal optimizer steps (3x the epochs);
+  mixup      loader=random against loader=mixup at equal batches (a mixup step holds one batch
+             of each task: a third of random's steps) and at equal optimizer steps (random's
+             steps; mixup's epoch is the large task's batches, cycling the others), both
+             by `trainer.max_steps`;
              its random is mixtures' proportional, typed the same: that job's row, not a rerun;
   plateau    loader=random, proportional, `--plateau-epochs` epochs evaluated after each: how
              many epochs the large task needs to come within 5% of its plateau (`--epochs`).
@@ -48,6 +50,7 @@ CAPS = {"pydoc_topic": 1500, "pydoc_code": 400, "pydoc_code_share": 100}
 QUICK_CAPS = {"pydoc_topic": 48, "pydoc_code": 24, "pydoc_code_share": 8}
 METRIC = {"pydoc_topic": "accuracy", "pydoc_code": "f1", "pydoc_code_share": "pearson"}
 SMALL = "pydoc_code_share"
+BATCH = 32  # every task's batch_size (conf/task/<name>.yaml)
 GROUPS: dict[str, dict[str, list[str]]] = {
     "mixtures": {
         "proportional": [],
@@ -67,8 +70,12 @@ GROUPS: dict[str, dict[str, list[str]]] = {
     },
     "mixup": {
         "random": [],
-        "mixup equal examples": ["loader=mixup"],
-        "mixup equal steps": ["loader=mixup", "trainer.epochs={epochs_x3}"],
+        "mixup equal batches": ["loader=mixup", "trainer.max_steps={random_steps_div3}"],
+        "mixup equal steps": [
+            "loader=mixup",
+            "trainer.epochs={epochs_x3}",
+            "trainer.max_steps={random_steps}",
+        ],
     },
     "plateau": {"proportional each epoch": ["trainer.epochs={plateau_epochs}"]},
 }
@@ -88,7 +95,9 @@ def job_overrides(args, option_overrides: list[str], seed: int) -> list[str]:
     out += [f"task.{t}.max_train_examples={n}" for t, n in caps.items()]
     out += [f"task.{t}.max_length={64 if args.quick else 128}" for t in caps]
     out += ["model=tiny"] if args.quick else []
+    steps = args.epochs * sum(-(-n // BATCH) for n in caps.values())  # random's, each_once
     fields = {"{epochs_x3}": 3 * args.epochs, "{plateau_epochs}": args.plateau_epochs}
+    fields |= {"{random_steps}": steps, "{random_steps_div3}": -(-steps // 3)}
     for option in option_overrides:  # placeholders only: a value's own braces stay as they are
         for field, value in fields.items():
             option = option.replace(field, str(value))

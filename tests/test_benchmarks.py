@@ -270,11 +270,14 @@ def test_every_study_job_has_its_overrides_as_typed():
         for option, overrides in options.items():
             got = study.job_overrides(args, overrides, seed=1)
             assert "seed=1" in got and "trainer.epochs=3" in got, (group, option)
-            assert not any("{epochs" in o or "{plateau" in o for o in got), (group, option)
+            placeholders = ("{epochs_x3}", "{plateau_epochs}", "{random_steps")
+            assert not any(p in o for p in placeholders for o in got), (group, option)
     exp3 = study.job_overrides(args, study.GROUPS["mixtures"]["exp3 online"], seed=0)
     assert exp3[-1] == "loader.online={policy: exp3, update_every: 20}"
     steps = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal steps"], seed=0)
-    assert steps[-1] == "trainer.epochs=9"
+    assert steps[-2:] == ["trainer.epochs=9", "trainer.max_steps=192"]  # 3 x (47 + 13 + 4)
+    batches = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal batches"], seed=0)
+    assert batches[-1] == "trainer.max_steps=64"
 
 
 def test_every_study_job_builds_its_loader():
@@ -309,7 +312,7 @@ def test_a_study_job_typed_as_one_already_run_takes_its_row(tmp_path):
     assert study.run_study(args) == 0
     (got,) = study.read_rows(tmp_path / "mixup.csv")
     assert got == {**study.read_rows(tmp_path / "mixtures.csv")[0], "option": "random"}
-    other = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal examples"], seed=0)
+    other = study.job_overrides(args, study.GROUPS["mixup"]["mixup equal batches"], seed=0)
     assert study.same_job(args, other) is None
 
 
