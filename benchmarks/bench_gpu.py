@@ -92,7 +92,7 @@ def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> 
     ]
     if args.quick:
         # toy sizes: the dry run checks the pipeline, not the figures
-        common += ["data.max_examples=32", "trainer.compile_backend=eager"]
+        common += ["model=tiny", "data.max_examples=32", "trainer.compile_backend=eager"]
     else:
         common += [*BERT_BASE, "task.pydoc_topic.batch_size=32", "task.pydoc_topic.max_length=256"]
     if not cuda:
@@ -101,10 +101,12 @@ def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> 
     AcceleratorState._reset_state(reset_partial_state=True)
     if cuda:
         torch.cuda.empty_cache()
-    clock = LoopClock()
+    clock, cfg = LoopClock(), compose([*common, *overrides])
     with contextlib.redirect_stdout(io.StringIO()):  # run()'s summary
-        run(compose([*common, *overrides]), hooks=[clock])
-    return clock.steady(min(args.warmup, len(clock.marks) - 1))
+        run(cfg, hooks=[clock])
+    # what the row trained (the tiny model's 32 with --quick; MiniLM's config names none)
+    hidden = cfg.model.config.get("hidden_size")
+    return clock.steady(min(args.warmup, len(clock.marks) - 1)) | {"hidden_size": hidden}
 
 
 def trainer_row(args: argparse.Namespace) -> dict:
@@ -188,6 +190,7 @@ def main() -> None:
         "steps": args.steps,
         "warmup": args.warmup,
         "examples_per_s": {n: round(r["examples_per_s"], 3) for n, r in rows.items()},
+        "hidden_size": {n: r["hidden_size"] for n, r in rows.items()},
         "ratios": {n: round(v, 3) for n, v in ratios.items()},
         "trainer": trainer,  # bench_vs_trainer.py's own figures
     }

@@ -34,6 +34,7 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["bench"] == "gpu" and figures["model"] == "tiny"
+    assert figures["hidden_size"] == {row: 32 for row in ROWS}  # every row on the tiny model
     assert list(figures["examples_per_s"]) == ROWS
     assert all(v > 0 for v in figures["examples_per_s"].values())
     assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing", "lora"} | {
