@@ -277,24 +277,46 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
 
 
 def interactions(results: dict[str, list[dict]]) -> list[str]:
-    """The gradient cosines at the first and last evaluation and the last affinities, mean over
-    each group's baseline jobs."""
-    lines = ["## Task interactions", ""]
+    """Each group baseline's matrices, mean over its jobs: the gradient cosines on the shared
+    encoder at the first and last evaluation, and the last lookahead affinities."""
+    lines = [
+        "## Task interactions",
+        "",
+        "On each group's baseline, mean over its jobs (`mtl.training.diagnostics`, on a held dev "
+        "batch of each task). Gradient cosine of two tasks on the shared encoder (< 0: they "
+        "conflict), at the first evaluation -> the last; lookahead affinity (Fifty et al. 2021) "
+        "at the last, row a, column b: `1 - L_b(θ - lr g_a) / L_b(θ)`, in units of 1e-4 (> 0: a "
+        "plain step on a lowers b's loss).",
+        "",
+    ]
+    tasks = list(CAPS)
     for group, rows in results.items():
         base = [r for r in rows if r["option"] == next(iter(GROUPS[group]))]
         if not base or group in ("plateau", "mixup"):  # mixup's random: mixtures' runs
             continue
-        lines.append(f"{group}, {base[0]['option']} ({len(base)} jobs):")
-        for a, b in PAIRS:
-            first = mean_se([number(r[f"first_cos/{a}/{b}"]) for r in base])[0]
-            last = mean_se([number(r[f"last_cos/{a}/{b}"]) for r in base])[0]
-            lines.append(f"- gradient cosine {a} / {b}: {first:+.3f} first, {last:+.3f} last")
-        for a in CAPS:
-            for b in [b for b in CAPS if b != a]:
-                value = mean_se([number(r[f"last_affinity/{a}/{b}"]) for r in base])[0]
-                lines.append(f"- affinity of a step on {a} for {b}: {value:+.4f}")
-        lines.append("")
+        title = f"{group}, {base[0]['option']} ({len(base)} jobs)"
+        for name, value in (("gradient cosine", cosine_cell), ("affinity x 1e4", affinity_cell)):
+            lines += [f"| {title}: {name} | {' | '.join(tasks)} |", "|" + "---|" * 4]
+            lines += [f"| {a} | {' | '.join(value(base, a, b) for b in tasks)} |" for a in tasks]
+            lines.append("")
     return lines
+
+
+def column_mean(rows: list[dict], column: str) -> float:
+    return mean_se([number(r[column]) for r in rows])[0]
+
+
+def cosine_cell(rows: list[dict], a: str, b: str) -> str:
+    """The cosine of a and b (kept once per pair), first evaluation -> last."""
+    if a == b:
+        return "1"
+    a, b = sorted((a, b), key=list(CAPS).index)
+    first, last = column_mean(rows, f"first_cos/{a}/{b}"), column_mean(rows, f"last_cos/{a}/{b}")
+    return f"{first:+.3f} -> {last:+.3f}"
+
+
+def affinity_cell(rows: list[dict], a: str, b: str) -> str:
+    return "" if a == b else f"{1e4 * column_mean(rows, f'last_affinity/{a}/{b}'):+.1f}"
 
 
 def plateau_section(rows: list[dict]) -> list[str]:

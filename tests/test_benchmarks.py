@@ -226,7 +226,8 @@ def study_rows(option: str, figures: list[float]) -> list[dict]:
         row = dict.fromkeys(study.FIELDS, "")
         row |= {"option": option, "seed": seed, "overrides": "", "steps": 100, "wall_s": 50 + seed}
         row |= {task: value / (i + 1) for i, task in enumerate(study.CAPS)}
-        row |= {k: 0.1 * (seed + 1) for k in study.FIELDS if k.startswith(("first_", "last_"))}
+        row |= {k: 0.1 * (seed + 1) for k in study.FIELDS if k.startswith("first_")}
+        row |= {k: -0.1 * (seed + 1) for k in study.FIELDS if k.startswith("last_")}
         row["epochs_curve"] = json.dumps([[50, value - 0.1], [100, value]])
         rows.append(row)
     return rows
@@ -252,7 +253,9 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     diff, dse = statistics.fmean(diffs), statistics.stdev(diffs) / 3**0.5
     assert f"- uniform, pydoc_topic: {diff:.3f} ± {dse:.3f} (n=3): beyond 2 standard" in text
     assert "## balancers\n\nNot run yet." in text
-    assert "- gradient cosine pydoc_topic / pydoc_code: +0.200 first" in text  # seeds' mean
+    # the interaction matrices, seeds' means: cosines first -> last, affinities x 1e4
+    assert "| pydoc_topic | 1 | +0.200 -> -0.200 | +0.200 -> -0.200 |" in text
+    assert "| pydoc_code_share | -2000.0 | -2000.0 |  |" in text
     rows[4]["pydoc_topic"] = 0.9  # uniform, seed 1
     (results / "mixtures.csv").unlink()
     for row in rows:
