@@ -273,7 +273,9 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
                 f"- {option}, {task}{small}: {cell(diff, se)} (n={n}): {verdict(diff, se, n)}"
             )
     ratios = ", ".join(f"{o} {speed[o] / speed[base]:.2f}x" for o in options if o != base)
-    return lines + ["", f"Wall time per optimizer step against {base}: {ratios}.", ""]
+    said = f"Wall time per optimizer step against {base} (the run's wall time over its steps, "
+    said += f"start-up and evaluations included): {ratios}."
+    return lines + ["", said, ""]
 
 
 def interactions(results: dict[str, list[dict]]) -> list[str]:
@@ -346,7 +348,10 @@ def report(results_dir: Path) -> str:
         f"a job). MiniLM, the default three tasks with their training rows capped at {caps} "
         "(dev splits whole: 275 rows each), max_length 128; each figure is the task's dev figure "
         f"at the end of the run ({', '.join(f'{t} {m}' for t, m in METRIC.items())}), mean ± "
-        "standard error over seeds. A comparison with no rows is not reported.",
+        "standard error over seeds. A comparison with no rows is not reported. Verdicts: a "
+        "paired difference beyond 2 standard errors or within; with 3 seeds that is a loose bar "
+        "(a paired t-test on 2 degrees of freedom needs 4.3 standard errors for p < 0.05), so "
+        "read beyond as a lead to check on your tasks.",
         "",
     ]
     lines += plateau_section(results["plateau"])
