@@ -262,7 +262,7 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
     lines.append("")
     if group == "mixup":
         lines += ["random is mixtures' proportional (the same overrides): the same runs.", ""]
-    if base not in options or group == "plateau":
+    if base not in options or options == [base] or group == "plateau":
         return lines
     lines += [f"Paired by seed, each option minus {base} (mean ± standard error, n):", ""]
     for option in [o for o in options if o != base]:
