@@ -232,7 +232,7 @@ def paired(rows: list[dict], option: str, base: str, column: str) -> tuple[float
 
 
 def verdict(diff: float, se: float, n: int) -> str:
-    if n < 2 or math.isnan(se):
+    if n < 3 or math.isnan(se):  # 2 seeds: one degree of freedom, 2 standard errors say nothing
         return "too few seeds to say"
     if abs(diff) > 2 * se:
         return "beyond 2 standard errors"

@@ -239,6 +239,7 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     a group with no rows says it was not run."""
     results = tmp_path / "study"
     rows = study_rows("proportional", [0.5, 0.6, 0.7]) + study_rows("uniform", [0.52, 0.64, 0.76])
+    rows += study_rows("annealed", [0.6, 0.7])  # two seeds: no verdict
     for row in rows:
         study.append_row(results / "mixtures.csv", row)
     out = tmp_path / "study.md"
@@ -252,6 +253,7 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     diffs = [0.02, 0.04, 0.06]  # paired by seed
     diff, dse = statistics.fmean(diffs), statistics.stdev(diffs) / 3**0.5
     assert f"- uniform, pydoc_topic: {diff:.3f} ± {dse:.3f} (n=3): beyond 2 standard" in text
+    assert "- annealed, pydoc_topic: 0.100 ± 0.000 (n=2): too few seeds to say" in text
     assert "## balancers\n\nNot run yet." in text
     # the interaction matrices, seeds' means: cosines first -> last, affinities x 1e4
     assert "| pydoc_topic | 1 | +0.200 -> -0.200 | +0.200 -> -0.200 |" in text
