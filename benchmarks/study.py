@@ -44,13 +44,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness import ROOT, emit, parser
+import yaml
+from harness import CONF, ROOT, emit, parser
 
 CAPS = {"pydoc_topic": 1500, "pydoc_code": 400, "pydoc_code_share": 100}
 QUICK_CAPS = {"pydoc_topic": 48, "pydoc_code": 24, "pydoc_code_share": 8}
 METRIC = {"pydoc_topic": "accuracy", "pydoc_code": "f1", "pydoc_code_share": "pearson"}
 SMALL = "pydoc_code_share"
-BATCH = 32  # every task's batch_size (conf/task/<name>.yaml)
 GROUPS: dict[str, dict[str, list[str]]] = {
     "mixtures": {
         "proportional": [],
@@ -95,7 +95,7 @@ def job_overrides(args, option_overrides: list[str], seed: int) -> list[str]:
     out += [f"task.{t}.max_train_examples={n}" for t, n in caps.items()]
     out += [f"task.{t}.max_length={64 if args.quick else 128}" for t in caps]
     out += ["model=tiny"] if args.quick else []
-    steps = args.epochs * sum(-(-n // BATCH) for n in caps.values())  # random's, each_once
+    steps = args.epochs * sum(task_batches(caps).values())  # random's, each_once
     fields = {"{epochs_x3}": 3 * args.epochs, "{plateau_epochs}": args.plateau_epochs}
     fields |= {"{random_steps}": steps, "{random_steps_div3}": -(-steps // 3)}
     for option in option_overrides:  # placeholders only: a value's own braces stay as they are
@@ -103,6 +103,15 @@ def job_overrides(args, option_overrides: list[str], seed: int) -> list[str]:
             option = option.replace(field, str(value))
         out.append(option)
     return out
+
+
+def task_batches(caps: dict[str, int]) -> dict[str, int]:
+    """Each task's batches per pass over its capped training rows, at its configured
+    batch_size (conf/task/<name>.yaml)."""
+    sizes = {
+        t: yaml.safe_load((CONF / "task" / f"{t}.yaml").read_text())["batch_size"] for t in caps
+    }
+    return {t: -(-n // sizes[t]) for t, n in caps.items()}
 
 
 def run_job(args, group: str, option: str, seed: int) -> dict:

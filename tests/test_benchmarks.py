@@ -290,7 +290,7 @@ def test_every_study_job_builds_its_loader():
     loader's own checks: an option it refuses would stop the study at that job)."""
     from mtl.loaders.dry_run import dry_run
 
-    sizes = {task: -(-rows // 32) for task, rows in study.CAPS.items()}
+    sizes = study.task_batches(study.CAPS)
     for group, options in study.GROUPS.items():
         for option, overrides in options.items():
             name, loader_options = "random", {"epochs": 3}
