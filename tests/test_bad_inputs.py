@@ -169,6 +169,17 @@ CASES = [
             "'pos', one class",
         ],
     ),
+    (
+        [
+            "task=[one_class]",
+            "task.one_class.label_names=null",
+            "+task.one_class.max_train_examples=20",
+        ],
+        [
+            "task 'one_class', train split (20 sampled rows: task.one_class.max_train_examples)",
+            "'pos', one class",
+        ],
+    ),
     (["task=[constant]"], ["every value in column 'score' is 1.5", "constant target"]),
     (["task=[same_set]"], ["every row in column 'tags' has the label set ['a', 'b']"]),
     (["task=[first_choice]"], ["every row's answer (column 'label') is choice 0"]),

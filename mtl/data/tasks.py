@@ -84,8 +84,8 @@ def build_task_from_config(
     with quiet_libraries():
         source = read_source(name, dict(config.source), seed=seed, dev_fraction=config.dev_fraction)
         given = [n for n in (max_examples, config.max_train_examples) if n is not None]
-        caps = {"train": min(given) if given else None}
-        raw, inputs = _checked_splits(source.splits, task_type, max_examples, seed, caps)
+        train_cap = min(given) if given else None
+        raw, inputs = _checked_splits(source.splits, task_type, max_examples, seed, train_cap)
         label_names = (
             config.label_names or source.label_names or _feature_names(raw["train"], config)
         )
@@ -96,8 +96,9 @@ def build_task_from_config(
             split: _encode(ds, task_type, tokenizer, label_names, split)
             for split, ds in raw.items()
         }
-        option = "data.max_examples" if caps["train"] == max_examples else "max_train_examples"
-        capped = f" ({caps['train']} sampled rows: {option})" if caps["train"] else ""
+        own = f"task.{name}.max_train_examples"
+        option = "data.max_examples" if train_cap == max_examples else own
+        capped = f" ({train_cap} sampled rows: {option})" if train_cap else ""
         task_type.check_train_labels(raw["train"], f"task {name!r}, train split{capped}")
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Task(name, config.type, task_type, encoded, label_names, pad_token_id, inputs)
@@ -108,18 +109,18 @@ def _checked_splits(
     task_type: TaskType,
     max_examples: int | None,
     seed: int,
-    caps: dict[str, int | None],
+    train_cap: int | None,
 ) -> tuple[dict[str, Dataset], dict[str, Dataset]]:
     """The labelled splits and the label-less test split (if any), each checked and capped
-    (`caps[split]`, else `max_examples`); train first, so that a wrong column name is reported
-    for the train split."""
+    (train to `train_cap`, the others to `max_examples`); train first, so that a wrong column
+    name is reported for the train split."""
     checked, inputs = {}, {}
     for split in sorted(splits, key=lambda s: s == "test"):  # a stable sort: test last
         ds = splits[split]
         if split == "test" and _unlabeled(ds, task_type):
             inputs["test"] = _checked_inputs(ds, task_type, max_examples)
         else:
-            cap = caps.get(split, max_examples)
+            cap = train_cap if split == "train" else max_examples
             checked[split] = _checked(ds, task_type, split, cap, seed)
     return {s: checked[s] for s in splits if s in checked}, inputs
 
