@@ -284,7 +284,35 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
     ratios = ", ".join(f"{o} {speed[o] / speed[base]:.2f}x" for o in options if o != base)
     said = f"Wall time per optimizer step against {base} (the run's wall time over its steps, "
     said += f"start-up and evaluations included): {ratios}."
-    return lines + ["", said, ""]
+    return lines + ["", said, "", recommendation(rows, options, base, speed), ""]
+
+
+def recommendation(rows: list[dict], options: list[str], base: str, speed: dict[str, float]) -> str:
+    """The option that is better than `base` beyond 2 standard errors on the most tasks (then
+    by the sum of its differences) and worse beyond them on none, among those with 3 seeds or
+    more, with its step-time ratio; `base` where none is."""
+    scored, unjudged = [], []
+    for option in [o for o in options if o != base]:
+        diffs = {task: paired(rows, option, base, task) for task in CAPS}
+        if any(n < 3 for _, _, n in diffs.values()):
+            unjudged.append(option)
+            continue
+        beyond = {t: d for t, (d, se, n) in diffs.items() if "beyond" in verdict(d, se, n)}
+        if beyond and min(beyond.values()) > 0:
+            scored.append((len(beyond), sum(d for d, _, _ in diffs.values()), option, beyond))
+    later = f" ({', '.join(unjudged)}: fewer than 3 seeds, not judged)" if unjudged else ""
+    if not scored:
+        return (
+            f"Recommended: {base}. No option is better beyond 2 standard errors on a task "
+            f"without being worse beyond them on another{later}."
+        )
+    _, _, option, beyond = max(scored)
+    return (
+        f"Recommended: {option}. Better than {base} beyond 2 standard errors on "
+        f"{', '.join(beyond)}, worse beyond them on no task, at "
+        f"{speed[option] / speed[base]:.2f}x its wall time per step; of the options that are, "
+        f"it is better on the most tasks, then by the most in all{later}."
+    )
 
 
 def interactions(results: dict[str, list[dict]]) -> list[str]:

@@ -38,6 +38,26 @@ def pytest_configure(config) -> None:
         threads = max(1, (os.cpu_count() or 1) // workers)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if hasattr(config.option, "loadscopereorder"):  # the files in the order given below
+        config.option.loadscopereorder = False
+
+
+# Rough seconds a test of each kind costs, to hand the workers the longest files first.
+COST = {"distributed": 30, "slow": 8}
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files from the costliest down, each file's tests in their own order. With `--dist
+    loadfile` a worker takes a file at a time in this order; by default pytest-xdist orders the
+    files by their number of tests, which left the few-test gloo launches to the end, on one
+    worker while the other waited."""
+    cost: dict[Path, int] = {}
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        each = max((COST[m] for m in marks & COST.keys()), default=1)
+        cost[item.path] = cost.get(item.path, 0) + each
+    items.sort(key=lambda item: -cost[item.path])  # stable: a file's own order is kept
 
 
 @contextmanager

@@ -255,6 +255,11 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     assert f"- uniform, pydoc_topic: {diff:.3f} ± {dse:.3f} (n=3): beyond 2 standard" in text
     assert "- annealed, pydoc_topic: 0.100 ± 0.000 (n=2): too few seeds to say" in text
     assert "## balancers\n\nNot run yet." in text
+    assert (
+        "Recommended: uniform. Better than proportional beyond 2 standard errors on "
+        "pydoc_topic, pydoc_code, pydoc_code_share, worse beyond them on no task" in text
+    )
+    assert "(annealed: fewer than 3 seeds, not judged)" in text
     # the interaction matrices, seeds' means: cosines first -> last, affinities x 1e4
     assert "| pydoc_topic | 1 | +0.200 -> -0.200 | +0.200 -> -0.200 |" in text
     assert "| pydoc_code_share | -2000.0 | -2000.0 |  |" in text
@@ -265,8 +270,13 @@ def test_study_report_is_made_from_its_csvs_alone(tmp_path):
     run_here([*argv, "--out", str(out)])
     values = [0.52, 0.9, 0.76]
     mean, se = statistics.fmean(values), statistics.stdev(values) / 3**0.5
-    line = next(x for x in out.read_text().splitlines() if x.startswith("| uniform |"))
+    text = out.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("| uniform |"))
     assert line.split(" | ")[2] == f"{mean:.3f} ± {se:.3f}"
+    assert (
+        "Recommended: uniform. Better than proportional beyond 2 standard errors on "
+        "pydoc_code, pydoc_code_share, worse" in text
+    )  # pydoc_topic now within its spread
 
 
 def test_every_study_job_has_its_overrides_as_typed():
