@@ -154,10 +154,13 @@ def test_two_nodes_resume_from_the_run_folder_exactly(trained):
 
 def refused(results: list[tuple[int, str]]) -> str:
     """The one error line of a refused two-node launch: every worker exited with status 2
-    (torchrun's summary says so) and no traceback came from mtl."""
+    (torchrun's summary says so; a worker that the C++ runtime aborts at exit, after its status
+    2, while a gloo thread still runs, says -6: a race of the teardown, seen once in many runs)
+    and no traceback came from mtl."""
     output = "\n".join(out for _, out in results)
     assert all(code != 0 for code, _ in results)
-    assert re.findall(r"exitcode\s+: (-?\d+)", output) == ["2", "2"], output[-3000:]
+    codes = re.findall(r"exitcode\s+: (-?\d+)", output)
+    assert len(codes) == 2 and "2" in codes and set(codes) <= {"2", "-6"}, output[-3000:]
     assert str(ROOT / "mtl") not in output and "MtlError" not in output, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith("mtl: error:")]
     assert len(errors) == 1, output[-3000:]
