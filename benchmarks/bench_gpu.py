@@ -163,7 +163,11 @@ def main() -> None:
             start = time.perf_counter()
             rows[name] = one_row(row, args, workdir / str(i), cuda)
             rows[name]["run_seconds"] = time.perf_counter() - start
-            print(f"{name}: {rows[name]['run_seconds']:.0f} s", file=sys.stderr)
+            speed = rows[name]["examples_per_s"]
+            print(
+                f"{name}: {rows[name]['run_seconds']:.0f} s, {speed:.1f} examples/s",
+                file=sys.stderr,
+            )
     trainer = trainer_row(args)
     ratios = {
         name: rows[c]["examples_per_s"] / rows[peer]["examples_per_s"]

@@ -85,7 +85,13 @@ def test_amp_training_with_fused_adamw_and_packing(make_cfg, tmp_path, precision
     assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
 
 
-def test_inductor_compile_matches_eager_on_few_graphs(make_cfg, tmp_path):
+def test_inductor_compile_matches_eager_on_few_graphs(make_cfg, tmp_path, monkeypatch):
+    import torch._inductor.config
+
+    # Inductor draws dropout from its own generator: on an H200 the compiled losses differed by
+    # up to 8% from the first step. Eager's random ops make the masks equal, so the losses
+    # compare the compiled kernels alone.
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
     small = [*GPU, "data.pad_to_multiple_of=8"]
     eager, compiled = Seen(), Seen()
     run(make_cfg(*small, output_dir=tmp_path / "eager"), hooks=[eager])

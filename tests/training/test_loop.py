@@ -165,6 +165,23 @@ def test_multirun_sweep_gives_one_folder_and_wandb_run_per_job(tmp_path, train_h
         assert (job / "metrics.jsonl").is_file()
 
 
+def test_a_multirun_over_precision_trains_each_job_in_its_own(tmp_path, train_here):
+    """Hydra's multirun runs its jobs in one process: each job's Accelerator takes its own
+    `trainer.mixed_precision` (accelerate keeps the first one process-wide unless told)."""
+    code, err = train_here(
+        "-m",
+        "debug=fast",
+        "trainer.mixed_precision=no,bf16",
+        "task=[synthetic_cls]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    assert code == 0, err[-2000:]
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 2
+    for job in jobs:
+        assert any("loss" in json.loads(line) for line in (job / "metrics.jsonl").open())
+
+
 def test_grad_accum_steps_at_every_epoch_end(make_cfg, tmp_path):
     # 3 tasks x 4 batches = 12 batches per epoch; grad_accum 5 -> groups of 5, 5, 2.
     run(make_cfg("trainer.max_steps=null", "trainer.epochs=2", "trainer.grad_accum=5"))

@@ -125,9 +125,14 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     it would not run `trainer.strategy=fsdp` as FSDP, or when the nodes disagree on the launch
     or the run folder (`mtl.training.launch.nodes.check_nodes`)."""
     from accelerate import DistributedDataParallelKwargs
+    from accelerate.state import AcceleratorState
     from accelerate.utils import InitProcessGroupKwargs
 
     export_slurm_env()
+    # One process may train several runs (a Hydra multirun's jobs, a notebook): accelerate keeps
+    # the first run's precision process-wide and refuses another. The process state (device,
+    # process group) stays.
+    AcceleratorState._reset_state()
     world = launcher_world_size()
     accelerator = ShardingAccelerator(
         # Without cpu=True, accelerate runs each process of a CPU-only launch on its own.
