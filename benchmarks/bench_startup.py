@@ -1,8 +1,9 @@
 """Seconds from starting a console script to its `--help`, beside a bare interpreter start.
 
-Each row runs `<script> --help` in a fresh process `--repeats` times (5; `--quick`: 2), as a user
-types it, and reports the median wall time; `python -c pass` (the interpreter alone) is the floor
-every row pays. `mtl-train --help` composes the config with Hydra first, so it is its own row.
+Each row runs `<script> --help` in a fresh process `--repeats` times (5; `--quick`: once, a
+smoke run), as a user types it, and reports the median wall time; `python -c pass` (the
+interpreter alone) is the floor every row pays. `mtl-train --help` composes the config with
+Hydra first, so it is its own row.
 
     python benchmarks/bench_startup.py [--quick] [--repeats 5]
 """
@@ -39,10 +40,10 @@ def median_seconds(command: list[str], repeats: int) -> float:
 
 
 def main() -> None:
-    p = parser(__doc__, "2 runs of each")
+    p = parser(__doc__, "1 run of each")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
-    repeats = 2 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats
     seconds = {name: median_seconds(command, repeats) for name, command in ROWS.items()}
     floor = seconds["python -c pass"]
     table(
