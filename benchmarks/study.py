@@ -240,10 +240,20 @@ def paired(rows: list[dict], option: str, base: str, column: str) -> tuple[float
     return mean_se([a[s] - b[s] for s in a if s in b])
 
 
+def judged(se: float, n: int) -> bool:
+    """Whether a paired difference over `n` seeds can be judged: 2 seeds give one degree of
+    freedom, and 2 standard errors say nothing there."""
+    return n >= 3 and not math.isnan(se)
+
+
+def beyond(diff: float, se: float, n: int) -> bool:
+    return judged(se, n) and abs(diff) > 2 * se
+
+
 def verdict(diff: float, se: float, n: int) -> str:
-    if n < 3 or math.isnan(se):  # 2 seeds: one degree of freedom, 2 standard errors say nothing
+    if not judged(se, n):
         return "too few seeds to say"
-    if abs(diff) > 2 * se:
+    if beyond(diff, se, n):
         return "beyond 2 standard errors"
     return "within 2 standard errors (no difference shown)"
 
@@ -297,19 +307,19 @@ def recommendation(rows: list[dict], options: list[str], base: str, speed: dict[
         if any(n < 3 for _, _, n in diffs.values()):
             unjudged.append(option)
             continue
-        beyond = {t: d for t, (d, se, n) in diffs.items() if "beyond" in verdict(d, se, n)}
-        if beyond and min(beyond.values()) > 0:
-            scored.append((len(beyond), sum(d for d, _, _ in diffs.values()), option, beyond))
+        clear = {t: d for t, (d, se, n) in diffs.items() if beyond(d, se, n)}
+        if clear and min(clear.values()) > 0:
+            scored.append((len(clear), sum(d for d, _, _ in diffs.values()), option, clear))
     later = f" ({', '.join(unjudged)}: fewer than 3 seeds, not judged)" if unjudged else ""
     if not scored:
         return (
             f"Recommended: {base}. No option is better beyond 2 standard errors on a task "
             f"without being worse beyond them on another{later}."
         )
-    _, _, option, beyond = max(scored)
+    _, _, option, clear = max(scored)
     return (
         f"Recommended: {option}. Better than {base} beyond 2 standard errors on "
-        f"{', '.join(beyond)}, worse beyond them on no task, at "
+        f"{', '.join(clear)}, worse beyond them on no task, at "
         f"{speed[option] / speed[base]:.2f}x its wall time per step; of the options that are, "
         f"it is better on the most tasks, then by the most in all{later}."
     )
