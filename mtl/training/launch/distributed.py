@@ -132,7 +132,7 @@ def make_accelerator(trainer, run_dir: Path, *, log_with_wandb: bool):
     # One process may train several runs (a Hydra multirun's jobs, a notebook): accelerate keeps
     # the first run's precision process-wide and refuses another. The process state (device,
     # process group) stays.
-    AcceleratorState._reset_state()
+    AcceleratorState._reset_state()  # tests/test_layout.py: ALLOWED_PRIVATE_READS
     world = launcher_world_size()
     accelerator = ShardingAccelerator(
         # Without cpu=True, accelerate runs each process of a CPU-only launch on its own.
