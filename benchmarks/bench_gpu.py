@@ -71,7 +71,6 @@ COMPARISONS = {
 
 def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> dict:
     import torch
-    from accelerate.state import AcceleratorState
 
     from mtl.training.loop import run
 
@@ -97,8 +96,6 @@ def one_row(row: tuple, args: argparse.Namespace, out_dir: Path, cuda: bool) -> 
         common += [*BERT_BASE, "task.pydoc_topic.batch_size=32", "task.pydoc_topic.max_length=256"]
     if not cuda:
         common.append("trainer.cpu=true")
-    # Each row is a run of its own: accelerate keeps one process-wide state (its precision).
-    AcceleratorState._reset_state(reset_partial_state=True)
     if cuda:
         torch.cuda.empty_cache()
     clock, cfg = LoopClock(), compose([*common, *overrides])
