@@ -1,9 +1,11 @@
 """Every benchmark runs on tiny inputs (`--quick`), names its peer and ends with its JSON line;
 each uses the one harness and none imports another.
 
-A benchmark runs in the test's own process (as `python script --quick` would, through runpy)
-unless what it measures is a process: start-up, peak memory, or runs side by side in processes of
-their own (OWN_PROCESS). A new process would cost each ~5 s of imports."""
+A benchmark runs in the test's own process, as `python script --quick` would (through runpy): a
+new process would cost each ~6 s of imports. Where what a benchmark measures is a process
+(start-up, peak memory, tools side by side), the script starts those processes itself, as it does
+for a user. One torch thread (`--threads 1`) where a script's default is two: on a CPU that the
+other test worker keeps busy, two threads wait on each other at every tiny op."""
 
 import ast
 import contextlib
@@ -51,30 +53,15 @@ def run_quick(script: str, *args: str) -> dict:
     return json.loads(quick_output(script, *args)[-1])
 
 
-# What these measure is a process (start-up, peak memory) or they run tools side by side in
-# processes of their own: they run as a user runs them.
-OWN_PROCESS = {
-    "bench_startup.py",
-    "bench_host_memory.py",
-    "bench_mixup_memory.py",
-    "bench_balancers.py",
-    "bench_vs_trainer.py",
-    "bench_peft.py",
-}
+# Scripts whose --threads default is 2 (see the module's docstring).
+TWO_THREADS = {"bench_balancers.py", "bench_peft.py", "bench_train_speed.py"}
 
 
 def quick_output(script: str, *args: str) -> list[str]:
     """The lines `script --quick` prints: a table, then its JSON line."""
     argv = [str(BENCH_DIR / script), "--quick", *args]
-    if script in OWN_PROCESS:
-        done = subprocess.run(
-            [sys.executable, *argv], capture_output=True, text=True, timeout=300, check=False
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        out = done.stdout
-    else:
-        out = run_here(argv)
-    lines = out.strip().splitlines()
+    argv += ["--threads", "1"] if script in TWO_THREADS else []
+    lines = run_here(argv).strip().splitlines()
     assert len(lines) > 2  # a table before the JSON line
     return lines
 
@@ -116,8 +103,8 @@ def test_script_runs_quick_and_prints_its_json_line(script, name):
     assert_named(run_quick(script, *QUICK_ARGS.get(script, [])), name)
 
 
-# Fewer processes where each is a start-up of its own: sum and one aggregating balancer are the
-# two paths of bench_balancers (a loss weighting steps as sum does).
+# Fewer memory child processes, each a start-up of its own: sum and one aggregating balancer are
+# the two paths of bench_balancers (a loss weighting steps as sum does).
 QUICK_ARGS = {"bench_balancers.py": ["--only", "upgrad"]}
 
 

@@ -1,6 +1,7 @@
-"""scripts/gpu_check.sh --cpu, as CI runs it: the GPU tests (skipped here), then every benchmark
-row at toy sizes (bench_vs_trainer.py's pair of processes among them: its figures are checked
-here), its table appended to the file given with --out (not docs/benchmarks.md)."""
+"""scripts/gpu_check.sh --cpu, as CI runs it: every benchmark row at toy sizes
+(bench_vs_trainer.py's pair of processes among them: its figures are checked here), its table
+appended to the file given with --out (not docs/benchmarks.md). The GPU tests are not started
+there: without CUDA they skip, and the suite collects them."""
 
 from __future__ import annotations
 

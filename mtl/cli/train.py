@@ -17,6 +17,7 @@ ends the command with one line `mtl: error: ...` on stderr and status 2, as bad 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -47,6 +48,7 @@ from mtl.training.launch.distributed import launch_barrier, start_launch
 _in_job = False  # True while the task function runs: its errors are not composition errors
 _made_from: Path | None = None  # the first folder of the run folder's path this command made
 _record: Path | None = None  # `.hydra/` of a run folder that existed: mtl writes it (see Preflight)
+_logs_before: set[str] | None = None  # the logs a run folder that existed held at start
 HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes to .hydra/
 # Options that Hydra plugins add (`hydra/launcher=slurm` builds on submitit_slurm): their package.
 PLUGINS = {
@@ -70,8 +72,12 @@ def _train(cfg: DictConfig) -> float | None:
     except SystemExit as stop:  # bad input: in a multirun, this job fails and the others run
         if stop.code and in_multirun():
             raise JobFailed.from_exit(stop) from None
-        if stop.code == 2 and _made_from is not None:  # on every rank of a launch: see below
-            remove_unused_run_folder(Path(HydraConfig.get().runtime.output_dir), _made_from)
+        if stop.code == 2:  # on every rank of a launch: see Preflight
+            run_dir = Path(HydraConfig.get().runtime.output_dir)
+            if _made_from is not None:
+                remove_unused_run_folder(run_dir, _made_from)
+            elif _logs_before is not None:
+                remove_new_logs(run_dir, _logs_before)
         raise
     _in_job = False  # the next job of a sweep composes again
     return result
@@ -105,19 +111,22 @@ class Preflight(Callback):
     Hydra writes the run's record (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`) before
     the job starts. Into a run folder that exists already (a training's, to resume or refuse, or
     a folder of the user's) it writes nothing: mtl writes the record once the run is accepted
-    (`RunRecord`), so a refused command leaves the folder as it was.
+    (`RunRecord`), and a refused command removes the empty log Hydra's logging opened there if
+    it is new, so the folder is left as it was.
 
     Under a launcher every process looks before any makes the folder (a barrier), so all agree
     on what the launch made; each refused process then removes what is left of it (the last one
     out finds only Hydra's start files, whichever process wrote them)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _made_from, _record
-        _made_from, _record = None, None
+        global _made_from, _record, _logs_before
+        _made_from, _record, _logs_before = None, None, None
         run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
         with one_line_errors:  # Hydra turns a callback's exceptions into warnings
             existing = check_run_folder_writable(run_dir)
         subdir = config.hydra.output_subdir
+        if existing == run_dir:  # before Hydra's logging opens its log there
+            _logs_before = {p.name for p in run_dir.glob("*.log")}
         if existing == run_dir and subdir is not None:
             _record = run_dir / str(subdir)
             with read_write(config.hydra):  # the object Hydra's run_job reads next
@@ -201,6 +210,15 @@ def remove_unused_run_folder(run_dir: Path, made_from: Path) -> None:
     folder = run_dir
     while _rmdir(folder) and folder != made_from:
         folder = folder.parent
+
+
+def remove_new_logs(run_dir: Path, before: set[str]) -> None:
+    """Remove the empty logs of `run_dir` (a folder that existed) not in `before`: the ones
+    Hydra's logging opened at this command's start."""
+    for log in run_dir.glob("*.log"):
+        with contextlib.suppress(OSError):  # another process of the launch removed it first
+            if log.name not in before and log.stat().st_size == 0:
+                log.unlink()
 
 
 def _start_file(entry: Path) -> bool:
