@@ -16,9 +16,6 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from mtl.cli.train import train
-from mtl.config import register_configs
-
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 FAST = ("debug=fast", "task=[synthetic_cls,synthetic_tag,synthetic_reg]")
@@ -63,6 +60,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @contextmanager
 def hydra_session() -> Iterator[None]:
     """Hydra initialized on mtl's `conf/` (cleared first, schemas registered), as `mtl-train`."""
+    from mtl.config import register_configs  # mtl's imports take seconds: not in xdist's controller
+
     GlobalHydra.instance().clear()
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
@@ -123,6 +122,8 @@ def train_here(monkeypatch, capsys):
     folders from the same folder need `hydra.run.dir` or `output_dir` of their own."""
 
     from accelerate.state import AcceleratorState  # torch's import time: only where it runs
+
+    from mtl.cli.train import train
 
     def call(*args: str) -> tuple[int, str]:
         monkeypatch.setattr(sys, "argv", ["mtl-train", *args])

@@ -152,17 +152,17 @@ def sweep_jobs(sweep: Path) -> list[Path]:
     return sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: int(p.name))
 
 
-@pytest.mark.parametrize("launcher", [TORCHRUN, ACCELERATE], ids=["torchrun", "accelerate"])
-def test_dist_default_config_is_one_run(tmp_path, launcher):
-    """A 2-process launch on CPU without trainer.cpu=true is one run of world size 2: both
-    traces say so, each step is logged once with shares over both ranks, one summary."""
+def test_dist_default_config_is_one_run_under_accelerate_launch(tmp_path):
+    """`accelerate launch` of 2 processes on CPU without trainer.cpu=true is one run of world
+    size 2: both traces say so, each step is logged once with shares over both ranks, one
+    summary. (torchrun's: the same checks on each job of the loaders' sweep below.)"""
     run_dir = tmp_path / "run"
     output = launch(
         "loader=random",
         "sampler=random",
         f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
-        launcher=launcher,
+        launcher=ACCELERATE,
     )
     assert "cpu: false" in (run_dir / ".hydra" / "config.yaml").read_text()
     ranks = read_trace(run_dir)
@@ -239,10 +239,12 @@ def test_dist_a_refused_launch_leaves_no_folder_whichever_rank_made_it(tmp_path)
 
 
 def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
-    """Checks 1, 2, 6, 7 (sweep): 4 loaders x grad_accum 1, 2 in one `-m` launch."""
+    """Checks 1, 2, 6, 7 (sweep): 4 loaders x grad_accum 1, 2 in one `-m` launch of torchrun
+    with the default trainer config (no trainer.cpu=true): each job one run of world size 2,
+    its steps logged once, its summary printed once (by rank 0)."""
     sweep = tmp_path / "sweep"
     started = time.perf_counter()
-    launch(
+    output = launch(
         "-m",
         "loader=sequential,round_robin,random,mixup",
         "trainer.grad_accum=1,2",
@@ -254,7 +256,10 @@ def test_dist_every_loader_keeps_ranks_in_sync(tmp_path):
     print(f"8 jobs in {time.perf_counter() - started:.1f}s")
     jobs = sweep_jobs(sweep)
     assert len(jobs) == 8
+    header = r"^task +type +metric +best \(step \d+\) +last \(step \d+\)$"
+    assert len(re.findall(header, output, re.MULTILINE)) == 8
     for job in jobs:
+        assert "cpu: false" in (job / ".hydra" / "config.yaml").read_text()
         ranks = read_trace(job)
         assert_ranks_in_step(ranks)
         overrides = (job / ".hydra" / "overrides.yaml").read_text()
@@ -564,8 +569,8 @@ def kill_launch(proc: subprocess.Popen) -> None:
 def test_dist_sigkilled_and_resumed_ends_bit_equal(online_runs, tmp_path):
     """loader=random mixing online on 2 processes: the whole launch (torchrun and both ranks)
     SIGKILLed at a random moment, resumed in its folder from its last whole checkpoint; the
-    final parameters equal the uninterrupted run's bit for bit. (Killed and resumed three times
-    over: tests/training/test_resume.py, one process.)"""
+    final parameters equal the uninterrupted run's bit for bit. (Killed and resumed twice over,
+    once inside a save: tests/training/test_resume.py, one process.)"""
     ref = online_runs["random"]
     part, rng, kills, attempts = tmp_path / "part", random.Random(7), 0, 0
     trace = part / "trace_rank0.jsonl"
