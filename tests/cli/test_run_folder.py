@@ -55,18 +55,6 @@ def test_a_refused_command_leaves_the_run_folder_as_it_was(trained, train_here, 
     assert file_digests(trained) == before
 
 
-def test_a_refused_command_into_a_folder_of_the_user_s_own_adds_nothing(tmp_path, train_here):
-    """Bad input into a folder that was there before (the user's, holding no training): the
-    command writes nothing there, not even the empty log Hydra opens at start."""
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("mine")
-    before = file_digests(mine)
-    code, err = train_here(*COMMON, "data.max_examples=0", f"hydra.run.dir={mine}")
-    assert code == 2 and err.strip().splitlines()[-1].startswith("mtl: error: data.max_examples")
-    assert file_digests(mine) == before
-
-
 class SignalAt:
     def __init__(self, step: int):
         self.step = step
