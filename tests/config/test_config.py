@@ -101,6 +101,8 @@ def test_every_option_composes_and_validates(group, option):
         task = settings.tasks[name]
         assert isinstance(task, TaskConfig)
         assert type(task) is task_type_class(task.type).Options
+    elif group in ("loader", "sampler"):  # the option's own class, not the default's
+        assert cfg[group]._target_ == OmegaConf.load(CONF / group / f"{option}.yaml")._target_
 
 
 def test_yaml_files_keep_their_values_over_the_schema_defaults():

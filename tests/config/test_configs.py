@@ -1,4 +1,5 @@
-"""Every option of every config group composes; loaders and samplers hold their defaults once.
+"""Loaders and samplers hold their defaults once (every option of every group composing and
+validating: tests/config/test_config.py).
 
 The loader and sampler YAMLs name `_target_` and deliberate overrides only (each with a comment
 saying why); every other value comes from the class's own signature through its schema
@@ -19,7 +20,6 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from mtl.artifacts import config_dir
-from mtl.config import validate
 from mtl.config.parts import LOADER_GIVEN, SAMPLER_GIVEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,31 +44,6 @@ def options(group: str) -> list[str]:
 def compose_with(compose_cfg):
     """`compose_with(*overrides)`: the real config with BASE and these overrides."""
     return lambda *overrides: compose_cfg(*BASE, *overrides)
-
-
-GROUP_OPTIONS = [
-    *[("task", f"task=[{name}]") for name in options("task")],
-    *[
-        (g, f"{g}={name}")
-        for g in ("loader", "sampler", "model", "trainer", "logger")
-        for name in options(g)
-    ],
-    *[(g, f"{g}={name}") for g in ("experiment", "debug", "hparams_search") for name in options(g)],
-]
-
-
-@pytest.mark.parametrize(("group", "override"), GROUP_OPTIONS, ids=[o for _, o in GROUP_OPTIONS])
-def test_every_option_of_every_group_composes_and_validates(group, override, compose_with):
-    cfg = compose_with(override)
-    settings = validate(cfg)
-    assert settings.tasks
-    if group == "task":
-        assert list(settings.tasks) == [override[len("task=[") : -1].rsplit("/", 1)[-1]]
-    elif group in ("loader", "sampler"):
-        assert (
-            cfg[group]._target_
-            == OmegaConf.load(CONF / group / f"{override.split('=')[1]}.yaml")._target_
-        )
 
 
 LOADERS_AND_SAMPLERS = [(g, n) for g in ("loader", "sampler") for n in options(g)]
