@@ -225,9 +225,40 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("overrides", "expected"), CASES, ids=[" ".join(case[0]) for case in CASES]
-)
+# Cases whose check is the same code as a case above them (another key's range, Literal, type,
+# unknown key, optional group): `slow`, so the fast subset keeps one case of each check.
+SAME_CHECK = {
+    "trainer.head_lr=0",
+    "trainer.epochs=0",
+    "trainer.grad_accum=0",
+    "trainer.eval_batch_size=-1",
+    "trainer.max_steps=0",
+    "trainer.warmup_ratio=1.5",
+    "trainer.max_grad_norm=-1",
+    "trainer.weight_decay=-0.1",
+    "trainer.monitor_mode=up",
+    "logger.backend=tensorboard",
+    "trainer.lr=fast",
+    "seed=abc",
+    "+logger.foo=1",
+    "+data.max_example=5",
+    "data.num_workers=-1",
+    "task.synthetic_cls.batch_size=0",
+    "task.synthetic_cls.dev_fraction=1",
+    "hparams_search=mixin",
+    "debug=fats",
+    "hparams_search=mixing hydra.sweeper.n_jobs=0",
+    "+loader.weightng=uniform",
+}
+
+
+def case_param(overrides: list[str], expected: list[str]):
+    name = " ".join(overrides)
+    marks = [pytest.mark.slow] if name in SAME_CHECK else []
+    return pytest.param(overrides, expected, id=name, marks=marks)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [case_param(*case) for case in CASES])
 def test_bad_input_gives_one_line_and_leaves_no_run_folder(project, mtl_train, overrides, expected):
     line = one_error_line(*mtl_train(*overrides))
     for part in expected:

@@ -177,8 +177,10 @@ def check_optional_choices(choices: Any) -> None:
     loader = GlobalHydra.instance().config_loader()
     for group in OPTIONAL_GROUPS:
         choice = choices.get(group)
+        if choice is None:
+            continue
         options = loader.get_group_options(group)
-        if choice is not None and choice not in options:
+        if choice not in options:
             raise MtlError(
                 f"unknown {group} '{choice}'; choose from {', '.join(sorted(options))}, "
                 f"or add conf/{group}/{choice}.yaml"
