@@ -37,6 +37,10 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
     assert figures["bench"] == "gpu" and figures["model"] == "tiny"
     assert figures["hidden_size"] == {row: 32 for row in ROWS}  # every row on the tiny model
     assert list(figures["examples_per_s"]) == ROWS
+    assert figures["rounds"] == 1  # --quick: each row once, that round its figure
+    assert figures["examples_per_s_by_round"] == {
+        r: [v] for r, v in figures["examples_per_s"].items()
+    }
     assert all(v > 0 for v in figures["examples_per_s"].values())
     assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing", "lora"} | {
         "mtl_vs_trainer"
