@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks to run when a GPU machine is lent (at most 8 minutes on one H200):
+# The checks to run when a GPU machine is lent (about 9 minutes on one H200):
 #   1. the test suite's GPU-marked tests (pytest -m gpu: packing under bf16, AMP training, compile)
 #   2. benchmarks/bench_gpu.py: block_shuffle vs random on a BERT-base-sized encoder, fp32 vs bf16,
 #      compile on vs off, packed vs padded mixup steps, LoRA vs the whole model, and mtl vs the HF
