@@ -9,8 +9,9 @@
 #   scripts/gpu_check.sh [--cpu] [--out PATH]
 #
 # --cpu: the benchmarks' pipeline at toy sizes on the CPU, in well under a minute: what CI runs
-# (the GPU tests are not started: without CUDA each would skip; the test suite collects them). --out PATH: append the table to PATH instead of
-# docs/benchmarks.md (--cpu writes nowhere unless given --out). Exits non-zero on the first failure.
+# (the GPU tests are not started: without CUDA each would skip; the test suite collects them).
+# --out PATH: append the table to PATH instead of docs/benchmarks.md (--cpu writes nowhere unless
+# given --out). Exits non-zero on the first failure.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -32,9 +33,6 @@ if [[ $cpu == 0 ]]; then
     exit 2
   fi
   out="${out:-docs/benchmarks.md}"
-fi
-
-if [[ $cpu == 0 ]]; then
   echo "== GPU-marked tests" >&2
   # They live in one file (collecting the whole suite would take a minute).
   "$python" -m pytest -q -m gpu -p no:cacheprovider tests/training/test_gpu.py

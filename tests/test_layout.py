@@ -137,6 +137,14 @@ def test_each_function_level_import_of_mtl_says_why():
     )
 
 
+# Private attributes of other libraries mtl reads on purpose, each because no public API does it.
+ALLOWED_PRIVATE_READS = {
+    # accelerate keeps one precision per process and has no public reset: the jobs of a Hydra
+    # multirun (one process) each set their own `trainer.mixed_precision` (`make_accelerator`).
+    "AcceleratorState._reset_state",
+}
+
+
 def private_reads() -> list[str]:
     """Where a module reads `x._name` of an object other than self/cls (dunders and Hydra's
     `_key_` config keys allowed)."""
@@ -153,14 +161,6 @@ def private_reads() -> list[str]:
                 continue
             found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     return found
-
-
-# Private attributes of other libraries mtl reads on purpose, each because no public API does it.
-ALLOWED_PRIVATE_READS = {
-    # accelerate keeps one precision per process and has no public reset: the jobs of a Hydra
-    # multirun (one process) each set their own `trainer.mixed_precision` (`make_accelerator`).
-    "AcceleratorState._reset_state",
-}
 
 
 def test_no_module_reads_another_objects_private_attributes():
