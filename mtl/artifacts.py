@@ -30,9 +30,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
+import hashlib
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
@@ -89,6 +91,65 @@ def read_weights(path: str | Path, fix: str) -> dict:
 def is_export(path: str | Path) -> bool:
     """Whether `path` is an export folder (it holds `mtl_tasks.json`)."""
     return (Path(path) / TASKS_FILE).is_file()
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export_files(folder: Path) -> list[Path]:
+    """The files of an export that its digests cover: all but `mtl_tasks.json` (which holds
+    them) and hidden files (a file manager's), in name order."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.name != TASKS_FILE
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def digests_of(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of `export_files(folder)`: what `mtl_tasks.json` records."""
+    return {p.relative_to(folder).as_posix(): file_digest(p) for p in export_files(folder)}
+
+
+def check_digests(folder: Path, meta: dict) -> None:
+    """One line for a file whose sha256 is not the one its export recorded, one it records that
+    is missing, and (format 2) a file it does not record; format 1 (weights only) and exports
+    without digests get one line on stderr saying what could not be checked."""
+    digests = meta.get("digests") or {}
+    if not isinstance(digests, dict):
+        raise MtlError(
+            f"model={folder}: {TASKS_FILE}'s digests are unreadable; export the run again"
+        )
+    for name, recorded in digests.items():
+        path = folder / str(name)
+        if not path.is_file() or folder.resolve() not in path.resolve().parents:
+            raise MtlError(f"model={folder}: {name} is missing; export the run again")
+        if file_digest(path) != recorded:
+            raise MtlError(
+                f"{path} is not the file the export wrote (its sha256 is not the one "
+                f"{TASKS_FILE} records: changed or damaged since); export the run again"
+            )
+    if meta.get("format", 1) >= 2:
+        extra = [p for p in export_files(folder) if p.relative_to(folder).as_posix() not in digests]
+        if extra:
+            raise MtlError(
+                f"{extra[0]} is not a file the export wrote ({TASKS_FILE} records no digest of "
+                "it); remove it, or export the run again"
+            )
+    else:
+        print(
+            f"mtl: model={folder} is an export of an earlier mtl: only its weights files are "
+            "checked against what wrote them; export the run again to check every file",
+            file=sys.stderr,
+        )
 
 
 HYDRA_SPECIAL = set("=,[]{}()'\" \\")  # characters an override value must quote

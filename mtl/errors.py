@@ -4,14 +4,24 @@ Raise `MtlError` with a single line that names the thing that is wrong and how t
 The command-line entry point prints that line (no traceback) and exits with status 2.
 `did_you_mean` gives the closest name for a typo; `import_target` imports what a `_target_` (or
 any `package.module.Class` path in a config) names and says which part of the path is wrong.
+
+`untrusted(source)` is the one gate on code a file names: while mtl reads a folder it did not
+just make (an export, a run folder, a checkpoint) without the user's word to trust it
+(`trust_custom_code=true`), `import_target` imports nothing outside mtl's own package (and the
+config classes of peft, which mtl imports itself), and `remote_code` refuses transformers'
+`trust_remote_code`. Whatever the trust, `import_target(..., kind=)` refuses a function or a
+class of another kind before anything is called.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 
@@ -33,11 +43,79 @@ def did_you_mean(word: str, names: Iterable[str]) -> str:
     return f"did you mean {close[0]}? " if close else ""
 
 
-def import_target(target: Any, key: str) -> Any:
+TRUST_FLAG = "trust_custom_code=true"
+_READING: ContextVar[tuple[str, str] | None] = ContextVar("mtl_untrusted_source", default=None)
+
+
+@contextlib.contextmanager
+def untrusted(source: Any, *, trust: bool = False, fix: str = "") -> Iterator[None]:
+    """While reading `source` (a folder's path) untrusted: `import_target` and `remote_code`
+    refuse code it names, in one line naming `source` and `fix` (default: give
+    `trust_custom_code=true`). `trust`: the user's word; nothing is refused."""
+    fix = fix or f"give {TRUST_FLAG} if you trust where it came from"
+    token = _READING.set(None if trust else (str(source), fix))
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
+def _own(target: str) -> bool:
+    """Whether `target` is code mtl runs anyway: its own package, or a class peft exports (its
+    config classes, named by `model.peft._target_`), found without importing anything more."""
+    top, _, rest = target.partition(".")
+    return top == "mtl" or (top == "peft" and "." not in rest and rest.endswith("Config"))
+
+
+class UntrustedCode(MtlError):
+    """A folder read untrusted names code (`untrusted`): never reworded as a malformed file."""
+
+
+def refuse_code(what: str) -> None:
+    """One line when reading an untrusted folder that names code (`what`: the key and the code
+    it names); nothing otherwise."""
+    reading = _READING.get()
+    if reading is not None:
+        source, fix = reading
+        raise UntrustedCode(
+            f"{source} names code that mtl would run ({what}), which is not mtl's own; {fix}"
+        )
+
+
+def remote_code(requested: Any, key: str) -> bool:
+    """transformers' `trust_remote_code` for a load that `key` asks it of: refused while reading
+    an untrusted folder; False (never None: transformers would ask on the terminal) unless
+    asked."""
+    if requested:
+        refuse_code(f"{key}=true")
+    return bool(requested)
+
+
+def import_target(target: Any, key: str, kind: type | None = None) -> Any:
     """The object `key: target` names (`package.module.Class`), or one line saying which part
-    of the path does not exist."""
+    of the path does not exist. `kind`: the object must be a subclass of it (a function, an
+    instance or another class is refused before it is called). Reading an untrusted folder
+    (`untrusted`), a path outside mtl's own package is refused before it is imported."""
     if not isinstance(target, str) or "." not in target:
         raise MtlError(f"{key}={target!r} is not an import path; give package.module.Class")
+    if not _own(target):
+        refuse_code(f"{key}={target!r}")
+    found = _import(target, key)
+    module = str(getattr(found, "__module__", "")).partition(".")[0]
+    if not (module == "mtl" or (module == "peft" and _own(target))):
+        refuse_code(f"{key}={target!r}")  # a name mtl's modules import (`mtl.errors.os.system`)
+    if kind is not None and not (inspect.isclass(found) and issubclass(found, kind)):
+        what = "a function" if inspect.isroutine(found) else f"a {type(found).__name__}"
+        if inspect.isclass(found):
+            what = f"the class {found.__name__}"
+        raise MtlError(
+            f"{key}={target!r} is {what}, not a subclass of {kind.__module__}.{kind.__qualname__};"
+            " name a class of that kind"
+        )
+    return found
+
+
+def _import(target: str, key: str) -> Any:
     parts = target.split(".")
     for end in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:end])

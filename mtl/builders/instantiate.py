@@ -13,10 +13,11 @@ from mtl.config.checks import check_arguments, import_target
 from mtl.errors import MtlError
 
 
-def build(node: DictConfig, group: str, *args, **kwargs):
+def build(node: DictConfig, group: str, kind: type, *args, **kwargs):
     """`instantiate`, with a bad option reported as one line naming the config group: a
-    `_target_` that does not import, a key its class does not take, a value it refuses."""
-    check_arguments(node, import_target(node.get("_target_"), f"{group}._target_"), group)
+    `_target_` that does not import or is not a subclass of `kind` (checked before anything is
+    called), a key its class does not take, a value it refuses."""
+    check_arguments(node, import_target(node.get("_target_"), f"{group}._target_", kind), group)
     try:
         return instantiate(node, *args, **kwargs)
     except InstantiationException as err:

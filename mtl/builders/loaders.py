@@ -14,6 +14,8 @@ from mtl.config import Settings
 from mtl.config.checks import import_target
 from mtl.data import Task, task_loader
 from mtl.errors import MtlError
+from mtl.loaders import CompositeLoader
+from mtl.samplers.base import BaseBatchSampler
 
 
 def build_train_loaders(
@@ -36,7 +38,7 @@ def build_train_loaders(
             f"sampler: {sampler_cfg.get('_target_')} is built per task (with its lengths and "
             "batch size), so its config needs the line `_partial_: true`; add it to the YAML"
         )
-    make_sampler = build(sampler_cfg, "sampler")
+    make_sampler = build(sampler_cfg, "sampler", BaseBatchSampler)
     data = settings.data
     loaders = {}
     for i, (name, task) in enumerate(tasks.items()):
@@ -75,9 +77,10 @@ def build_composite_loader(
     loaders and `seed`, and `pad_token_id` and the run's `epochs` (for mixtures that move over
     the run) when its constructor has those parameters."""
     options: dict = {"seed": seed}
-    parameters = inspect.signature(import_target(loader_cfg._target_, "loader._target_")).parameters
+    target = import_target(loader_cfg._target_, "loader._target_", CompositeLoader)
+    parameters = inspect.signature(target).parameters
     if "pad_token_id" in parameters:
         options["pad_token_id"] = pad_token_id
     if "epochs" in parameters:
         options["epochs"] = epochs
-    return build(loader_cfg, "loader", loaders, **options)
+    return build(loader_cfg, "loader", CompositeLoader, loaders, **options)

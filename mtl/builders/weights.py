@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from mtl.artifacts import HEADS_FILE, TASKS_FILE, is_export, read_weights
-from mtl.errors import MtlError, env_rank
+from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_digests, is_export, read_weights
+from mtl.errors import MtlError, env_rank, untrusted
 from mtl.models import load_encoder
 from mtl.models.multitask import model_state
 
@@ -185,6 +185,12 @@ def adapters_only(export: Path) -> bool:
         return False  # unreadable: reading the export says so
 
 
+INIT_FROM_CODE = (
+    "model.init_from takes weights only and runs no code a folder names: start from an export "
+    "of a built-in model.family"
+)
+
+
 def trained_weights(path: str) -> tuple[dict, Path]:
     """The model weights of a run folder (its best model, else its latest complete checkpoint),
     a checkpoint folder or an export folder (`mtl-export`, `<run>/export`: its encoder and
@@ -199,7 +205,17 @@ def trained_weights(path: str) -> tuple[dict, Path]:
                 "encoder's weights; start from an export with the adapter merged (mtl-export "
                 "<run> <out> merge=true, for a run with one adapter shared)"
             )
-        encoder = load_encoder(str(folder)).state_dict()
+        try:
+            meta = json.loads((folder / TASKS_FILE).read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict):
+            raise MtlError(
+                f"model.init_from={path}: {TASKS_FILE} is unreadable; export the run again"
+            )
+        check_digests(folder, meta)
+        with untrusted(f"model.init_from={path}", fix=INIT_FROM_CODE):
+            encoder = load_encoder(str(folder)).state_dict()
         heads = read_weights(folder / HEADS_FILE, "export the run again")
         state = {f"encoder.{k}": v for k, v in encoder.items()}
         return state | model_state(heads), folder

@@ -28,7 +28,8 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     name_or_path = resolve_model_path(name_or_path)
     file = Path(name_or_path) / "tokenizer.json"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        # never None: transformers would ask on the terminal whether to run a folder's code
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
     except Exception as err:  # OSError: no such model; ValueError, tokenizers': a bad file
         if file.is_file() and not isinstance(err, OSError):
             raise damaged(file, err, "copy the model's tokenizer files into it again") from None

@@ -33,14 +33,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_target, is_export, write_folder
+from mtl.artifacts import (
+    HEADS_FILE,
+    TASKS_FILE,
+    check_target,
+    digests_of,
+    is_export,
+    write_folder,
+)
 from mtl.builders.model import build_model
 from mtl.builders.tasks import build_tasks
 from mtl.builders.weights import DESCRIPTION, NoCheckpoint, trained_weights
 from mtl.config import validate
-from mtl.errors import MtlError
+from mtl.errors import MtlError, untrusted
 from mtl.inference.export_hf import standard_model
-from mtl.inference.load import FORMAT, LoadedModel, TaskInfo, file_digest, load_export
+from mtl.inference.load import (
+    FORMAT,
+    LoadedModel,
+    TaskInfo,
+    base_digest,
+    load_export,
+)
 from mtl.inference.trust import check_task
 from mtl.models.encoder import DEFAULT_NAMES
 from mtl.models.lora import frozen_keys, is_adapted, merged_model, task_adapters
@@ -72,7 +85,14 @@ def run_folder(path: str | Path) -> Path:
 
 def trained_model(path: str | Path, *, trust_custom_code: bool = False):
     """(model with the trained weights, tokenizer, {name: Task}, settings) of a run or checkpoint
-    folder. Task types, heads and metrics that are not mtl's own need `trust_custom_code`."""
+    folder. Task types, heads and metrics that are not mtl's own need `trust_custom_code`, as does
+    any other code the run's config names (a family, a peft config, a balancer, ...): while the
+    folder is read nothing outside mtl's own package is imported (`mtl.errors.untrusted`)."""
+    with untrusted(f"model={path}", trust=trust_custom_code):
+        return _trained_model(path, trust_custom_code)
+
+
+def _trained_model(path: str | Path, trust_custom_code: bool):
     from omegaconf import OmegaConf
 
     run = run_folder(path)
@@ -195,7 +215,7 @@ def write_export(
 
     def fill(tmp: Path) -> None:
         peft = adapter_files(model, settings.model, tmp) if adapters else None
-        _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp, peft)
+        meta = _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp, peft)
         for name, task in tasks.items() if standard else ():
             config = task.task_type.config
             source = merged_model(model, name) if adapters else model
@@ -207,6 +227,8 @@ def write_export(
             task_tokenizer = copy.deepcopy(tokenizer)
             task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike
             task_tokenizer.save_pretrained(tmp / name)
+        meta["digests"] = digests_of(tmp)  # every file written above, checked when read
+        (tmp / TASKS_FILE).write_text(json.dumps(meta, indent=1))
 
     try:
         with quiet_libraries():  # no "Writing model shards" bar once per folder
@@ -242,6 +264,7 @@ def adapter_files(model, m, out: Path) -> dict:
     }
     return {
         "base_model": base,
+        "base_digest": base_digest(encoder),  # what the adapters trained on, checked when read
         "base_config": {"config": dict(m.config), "family": m.family},  # as the run built it
         "per_task": per_task,
         "adapters": folders,
@@ -250,7 +273,10 @@ def adapter_files(model, m, out: Path) -> dict:
 
 def _write_multitask(
     model, tokenizer, tasks: dict, head_dropout: float, out: Path, peft: dict | None = None
-) -> None:
+) -> dict:
+    """Write the encoder (or, with `peft`, nothing more of it), the tokenizer and the heads'
+    weights into `out`; returns what `mtl_tasks.json` says of them, without its digests (the
+    caller writes it once every file is there)."""
     from safetensors.torch import save_file
 
     if peft is None:
@@ -262,10 +288,8 @@ def _write_multitask(
     }
     save_file(heads, out / HEADS_FILE)
     hidden = model.encoder.config.hidden_size
-    weights = sorted(out.rglob("*.safetensors"))  # the encoder's or the adapters' (and base)
-    meta = {
+    return {
         "format": FORMAT,
-        "digests": {p.relative_to(out).as_posix(): file_digest(p) for p in weights},
         **({"peft": peft} if peft else {}),
         "tasks": {
             name: {
@@ -282,7 +306,6 @@ def _write_multitask(
             for name, task in tasks.items()
         },
     }
-    (out / TASKS_FILE).write_text(json.dumps(meta, indent=1))
 
 
 def load_model(path: str | Path, *, trust_custom_code: bool = False) -> LoadedModel:

@@ -1,12 +1,21 @@
 """Reading an export folder back (`mtl-export`'s output): the model, tokenizer and tasks.
 
 `mtl_tasks.json` is read as data: every task's type, head and metrics must be mtl's own
-(`mtl.inference.trust`) unless the caller trusts the folder, before anything it names is imported.
-It records the sha256 of each weights file (`digests`), checked before the weights are read: a
-file changed after the export (even at the same size, with a valid header) is one line.
+(`mtl.inference.trust`) unless the caller trusts the folder, before anything it names is imported;
+while the folder is read, nothing outside mtl's own package is imported and transformers'
+`trust_remote_code` is refused (`mtl.errors.untrusted`), so a family, a peft config class or an
+`auto_map` the folder's files name is one line unless trusted.
+
+It records the sha256 of every other file of the export (`digests`, format 2: weights, configs,
+tokenizer files, adapters, `base/`, the standard folders), checked before anything is read: a
+file changed after the export (even at the same size, with a valid header), missing, or added
+is one line. Exports of format 1 recorded their weights files only; those are checked, and one
+line on stderr says so.
 
 The export of a model.peft run (`peft` in `mtl_tasks.json`) holds adapters, not the encoder:
 they go on the base model it names (`adapted_encoder`), which must be there: one line if not.
+The base's frozen weights as loaded are checked against the digest the export recorded of them
+(`peft.base_digest`): another model of the same shape in its place is one line.
 """
 
 from __future__ import annotations
@@ -18,19 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
-from mtl.artifacts import HEADS_FILE, TASKS_FILE, damaged, read_weights
+from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_digests, damaged, read_weights
 from mtl.data.tokenizer import load_tokenizer
-from mtl.errors import MtlError
+from mtl.errors import MtlError, UntrustedCode, refuse_code, remote_code, untrusted
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
-from mtl.models.lora import peft_module
+from mtl.models.lora import adapter_tasks, peft_module
 from mtl.models.multitask import head_task, model_state
 from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
 
-FORMAT = 1
+FORMAT = 2  # 2: digests of every file (1: of the weights files only)
 
 
 @dataclass
@@ -62,9 +72,18 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
         raise MtlError(f"model={path}: {TASKS_FILE} is unreadable; export the run again") from None
     for name, (config, head_class) in spec.items():
         check_task(name, config, head_class, trust=trust_custom_code)
-    check_digests(folder, meta.get("digests") or {})
-    tokenizer = load_tokenizer(str(folder))
-    encoder = adapted_encoder(folder, meta["peft"]) if "peft" in meta else export_encoder(folder)
+    check_digests(folder, meta)
+    with untrusted(f"model={path}", trust=trust_custom_code):
+        check_remote_code(folder)
+        tokenizer = load_tokenizer(str(folder))
+        if "peft" in meta:
+            encoder = adapted_encoder(folder, meta["peft"])
+        else:
+            encoder = export_encoder(folder)
+        return _with_heads(folder, meta, encoder, tokenizer, path)
+
+
+def _with_heads(folder: Path, meta: dict, encoder, tokenizer, path) -> LoadedModel:
     heads, tasks = {}, {}
     for name, entry in meta["tasks"].items():
         try:
@@ -73,6 +92,8 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
             task_type = task_type_class(config.type, name)(name, config)
             heads[name] = task_type.make_head(h["hidden_size"], h["num_labels"], h["dropout"])
             tasks[name] = TaskInfo(task_type, entry["label_names"], config)
+        except UntrustedCode:
+            raise
         except (TypeError, KeyError, ValueError) as err:
             raise MtlError(
                 f"model={path}: task {name!r} in {TASKS_FILE} is malformed ({err}); export the "
@@ -91,26 +112,21 @@ def load_export(path: str | Path, *, trust_custom_code: bool = False) -> LoadedM
     return LoadedModel(model, tokenizer, tasks)
 
 
-def file_digest(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def check_remote_code(folder: Path) -> None:
+    """One line (unless trusted, `mtl.errors.untrusted`) for a model or tokenizer config in an
+    export that names code of its own (`auto_map`: transformers would import it)."""
+    for name in ("config.json", "tokenizer_config.json", "base/config.json"):
+        names = _auto_map(folder / name)
+        if names:
+            refuse_code(f"{name}'s auto_map {json.dumps(names)[:120]}")
 
 
-def check_digests(folder: Path, digests: dict) -> None:
-    """One line for a weights file whose sha256 is not the one its export recorded."""
-    for name, recorded in digests.items():
-        path = folder / str(name)
-        if not path.is_file():
-            raise MtlError(f"model={folder}: {name} is missing; export the run again")
-        if file_digest(path) != recorded:
-            raise MtlError(
-                f"{path} is not the file the export wrote (its sha256 is not the one "
-                f"{TASKS_FILE} records: changed or damaged since); export the run again"
-            )
+def _auto_map(path: Path) -> Any:
+    """The `auto_map` a transformers config file names (None: none, or no readable file)."""
+    try:
+        return json.loads(path.read_text()).get("auto_map")
+    except (OSError, ValueError, AttributeError):
+        return None  # no such file, or unreadable: its reader says so
 
 
 def export_encoder(folder: Path):
@@ -120,9 +136,12 @@ def export_encoder(folder: Path):
     from safetensors import SafetensorError
     from transformers import AutoModel
 
+    trust = remote_code(bool(_auto_map(folder / "config.json")), "config.json's auto_map")
     try:
         with quiet_libraries():
-            encoder, info = AutoModel.from_pretrained(str(folder), output_loading_info=True)
+            encoder, info = AutoModel.from_pretrained(
+                str(folder), output_loading_info=True, trust_remote_code=trust
+            )
     except SafetensorError as err:
         raise damaged(folder / "model.safetensors", err, "export the run again") from None
     except (OSError, ValueError) as err:
@@ -163,17 +182,54 @@ def adapted_encoder(folder: Path, peft_meta: dict):
 
     if base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists():
         raise refused("is not there (moved or deleted)")
+    outside = [a for a in adapters.values() if folder.resolve() not in a.resolve().parents]
+    if not adapters or outside:
+        raise MtlError(
+            f"model={folder}: {TASKS_FILE}'s peft.adapters must name folders in the export "
+            f"({outside[0] if outside else 'none named'}); export the run again"
+        )
     try:
-        with quiet_libraries(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # peft asks a deprecated property
+        with quiet_libraries():
             encoder, _ = load_encoder_and_pooler(
                 base, config=built.get("config") or None, family=built.get("family")
             )
-            first, *others = adapters
+    except MtlError:
+        raise
+    except (OSError, ValueError) as err:
+        raise refused(f"cannot be read ({type(err).__name__})") from None
+    first, *others = adapters
+    try:
+        with quiet_libraries(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # peft asks a deprecated property
             adapted = peft.PeftModel.from_pretrained(encoder, adapters[first], adapter_name=first)
             for adapter in others:
                 adapted.load_adapter(adapters[adapter], adapter_name=adapter)
-    except (OSError, ValueError) as err:
-        raise refused(f"cannot be read ({type(err).__name__})") from None
+    except Exception as err:  # peft's: an adapter_config.json it cannot use, weights that misfit
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise MtlError(
+            f"model={folder}: an adapter cannot be put on its base model {name} ({detail}); "
+            "export the run again"
+        ) from None
     adapted.set_adapter(first)
+    recorded = peft_meta.get("base_digest")
+    if recorded is not None and base_digest(adapted) != recorded:
+        raise refused(
+            "is not the one the adapters were trained on (its weights' digest is not the one "
+            "the export recorded)"
+        )
     return adapted
+
+
+def base_digest(encoder: nn.Module) -> str:
+    """The sha256 of an adapted encoder's frozen base weights (every parameter that is no
+    adapter's, by name, dtype, shape and bytes): what the adapters of an export were trained
+    on, recorded at export and checked when the export is read."""
+    adapter = adapter_tasks(encoder)
+    digest = hashlib.sha256()
+    for name, param in sorted(encoder.named_parameters()):
+        if name in adapter:
+            continue
+        tensor = param.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -28,14 +28,13 @@ cross-entropy): exp3 and loss_softmax reward the larger one; `dev_gap` compares 
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from mtl.errors import MtlError
+from mtl.errors import MtlError, did_you_mean, import_target
 
 Figures = Mapping[str, Mapping[str, float]]
 
@@ -191,17 +190,18 @@ def build_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Any:
     options = dict(options or {})
     if policy in POLICIES:
         cls = POLICIES[policy]
+    elif "." not in policy:
+        raise MtlError(
+            f"loader.online.policy={policy!r} is not a policy; {did_you_mean(policy, POLICIES)}"
+            f"use one of {', '.join(POLICIES)} or package.module.Class of your own"
+        )
     else:
-        module, _, name = policy.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module), name) if module else None
-        except ImportError:
-            cls = None
-        if cls is None:
+        cls = import_target(policy, "loader.online.policy", object)  # a class, not a function
+        if not callable(getattr(cls, "update", None)):
             raise MtlError(
-                f"loader.online.policy: {policy!r} is neither {', '.join(POLICIES)} nor an "
-                "importable package.module.Class"
-            ) from None
+                f"loader.online.policy={policy!r}: {cls.__name__} has no update(figures, "
+                "weights) method; give it one (see mtl/loaders/online.py)"
+            )
     try:
         return cls(**options)
     except TypeError as err:

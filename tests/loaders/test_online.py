@@ -204,7 +204,10 @@ def test_a_policy_of_ones_own_by_its_dotted_path(tmp_path, monkeypatch):
     ("options", "says"),
     [
         ({"online": {"policy": "exp3", "update_every": 0}}, "update_every: got 0"),
-        ({"online": {"policy": "exp4", "update_every": 1}}, "'exp4' is neither exp3"),
+        (
+            {"online": {"policy": "exp4", "update_every": 1}},
+            "policy='exp4' is not a policy; did you mean exp3?",
+        ),
         (
             {"online": {"policy": "exp3", "update_every": 1, "options": {"exploration": -1}}},
             "exploration: got -1",

@@ -315,7 +315,7 @@ def test_family_override_by_name_or_class():
     assert adapter_class("mtl.models.families.DecoderAdapter", "bert") is DecoderAdapter
     with pytest.raises(MtlError, match=r"model.family='nope' is not a family; choose from bert"):
         adapter_class("nope", "bert")
-    with pytest.raises(MtlError, match="is not an EncoderAdapter subclass"):
+    with pytest.raises(MtlError, match="not a subclass of mtl.models.families.EncoderAdapter"):
         adapter_class("mtl.models.heads.SequenceClassificationHead", "bert")
 
 

@@ -75,7 +75,7 @@ def test_a_mistyped_type_gets_the_closest_name():
         task_type_class("question_answer", "qa")
     with pytest.raises(MtlError, match=r"mtl.task_types has no 'Regresion'; did you mean"):
         task_type_class("mtl.task_types.Regresion", "r")
-    with pytest.raises(MtlError, match=r"is not a mtl.task_types.TaskType subclass"):
+    with pytest.raises(MtlError, match=r"not a subclass of mtl.task_types.base.TaskType"):
         task_type_class("mtl.task_types.metrics.accuracy", "r")
 
 

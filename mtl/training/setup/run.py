@@ -13,6 +13,7 @@ from typing import Any
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
+from mtl.balancers import Balancer
 from mtl.builders.instantiate import build
 from mtl.builders.loaders import build_composite_loader, build_train_loaders
 from mtl.builders.model import build_model
@@ -143,9 +144,10 @@ def build_balancer(settings: Settings, tasks: dict, loader, accelerator):
     node = settings.balancer
     regression = [name for name, task in tasks.items() if task.task_type.squared_error]
     given = {"loss_weights": dict(settings.model.loss_weights), "regression": regression}
-    accepted = inspect.signature(import_target(node._target_, "balancer._target_")).parameters
+    target = import_target(node._target_, "balancer._target_", Balancer)
+    accepted = inspect.signature(target).parameters
     kwargs = {k: v for k, v in given.items() if k in accepted}
-    balancer = build(node, "balancer", list(tasks), **kwargs).to(accelerator.device)
+    balancer = build(node, "balancer", Balancer, list(tasks), **kwargs).to(accelerator.device)
     t, name = settings.trainer, node.get("aggregator") or node._target_
     fp16 = t.mixed_precision == "fp16"
     check_balancer(balancer, name, loader, t.grad_accum, fp16, accelerator.is_main_process)
