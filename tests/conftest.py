@@ -158,3 +158,20 @@ def file_digests(folder: Path) -> dict[str, str]:
         for p in sorted(Path(folder).rglob("*"))
         if p.is_file()
     }
+
+
+def resealed(checkpoint: Path) -> Path:
+    """Rewrite a checkpoint's marker to its files as they are now (sizes and sha256), as one who
+    changed a file and knew the format would: what mtl checks beyond the marker still holds."""
+    import json
+
+    from mtl.artifacts import file_digest
+    from mtl.builders.weights import MARKER, SHA256
+
+    marker = json.loads((checkpoint / MARKER).read_text())
+    files = sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != MARKER)
+    names = {p.relative_to(checkpoint).as_posix(): p for p in files}
+    marker["files"] = {name: p.stat().st_size for name, p in names.items()}
+    marker[SHA256] = {name: file_digest(p) for name, p in names.items()}
+    (checkpoint / MARKER).write_text(json.dumps(marker))
+    return checkpoint

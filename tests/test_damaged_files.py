@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.training.setup.compile_cache import repair_cache, whole_library
-from tests.conftest import compose_config
+from tests.conftest import compose_config, resealed
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ("debug=fast", "task=[synthetic_cls]", "logger=none")
@@ -126,6 +126,7 @@ def test_a_best_model_saved_as_a_torch_file_by_older_runs_still_exports(work, ca
     marker = json.loads((best / "mtl_checkpoint.json").read_text())
     marker["files"].pop("model.safetensors")
     marker["files"]["model.pt"] = (best / "model.pt").stat().st_size
+    del marker["sha256"]  # older runs recorded sizes only
     (best / "mtl_checkpoint.json").write_text(json.dumps(marker))
     export_main(["run", "out"])
     heads = load_file(work / "out" / "heads.safetensors")
@@ -137,6 +138,10 @@ def test_a_weights_file_that_matches_its_marker_but_is_not_one_is_named(work, ca
     best = work / "run" / "checkpoints" / "best" / "model.safetensors"
     size = best.stat().st_size
     best.write_bytes(b"\0" * size)
+    line = one_error_line(*command(capsys, export_main, "run", "out"))
+    assert line.startswith("run/checkpoints/best/model.safetensors is not the file the checkpoint")
+    assert "step_0000004" in line
+    resealed(best.parent)  # the marker rewritten to match: safetensors' reader says it
     line = one_error_line(*command(capsys, export_main, "run", "out"))
     prefix = "run/checkpoints/best/model.safetensors is damaged (cut short or overwritten?"
     assert line.startswith(prefix), line
@@ -517,3 +522,22 @@ def test_a_writer_that_says_only_runtime_error_on_a_full_disk_is_one_line(work, 
     with pytest.raises(MtlError, match=r"^disk/out: no space left on the disk of disk "):
         write_folder("disk/out", fill)
     assert list(disk.iterdir()) == []
+
+
+@pytest.mark.parametrize("folder", ["step_0000004", "best"])
+def test_weights_changed_at_their_size_are_not_exported(work, capsys, folder):
+    """Other values of the same shapes (a valid file of the size the marker records): the
+    checkpoint's sha256 says it is not what training saved; nothing is exported."""
+    from safetensors.torch import load_file
+
+    checkpoint = work / "run" / "checkpoints" / folder
+    path = checkpoint / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-64:] = bytes(64)  # the last tensor's last values: a valid file, other weights
+    path.write_bytes(data)
+    assert load_file(path)
+    before = listing(work)
+    line = one_error_line(*command(capsys, export_main, str(checkpoint.relative_to(work)), "out"))
+    assert line.startswith(f"run/checkpoints/{folder}/model.safetensors is not the file the ")
+    assert "sha256" in line and "give another whole checkpoint of the run instead" in line
+    assert listing(work) == before

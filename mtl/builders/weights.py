@@ -5,7 +5,12 @@ A checkpoint is `<run>/checkpoints/step_<N:07d>`; a save under way or cut short 
 folder, one being replaced or deleted an `.old-*` folder; the marker `mtl_checkpoint.json`
 (every file's name and size), written last, says that a folder is complete. The best model is
 `checkpoints/best`. Training writes them (`mtl.training.checkpoints`); training, export and
-`model.init_from` read them through this module."""
+`model.init_from` read them through this module.
+
+The marker also records each file's sha256 (`SHA256`; older runs' markers record sizes only,
+and are checked by size): `incomplete_reason` (cheap: names and sizes) tells a complete folder
+when scanning for one, and `check_as_saved` (every byte) runs before a checkpoint is read, so a
+file changed at the same size since it was saved is one line naming it."""
 
 from __future__ import annotations
 
@@ -14,12 +19,20 @@ import re
 import sys
 from pathlib import Path
 
-from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_digests, is_export, read_weights
+from mtl.artifacts import (
+    HEADS_FILE,
+    TASKS_FILE,
+    check_digests,
+    file_digest,
+    is_export,
+    read_weights,
+)
 from mtl.errors import MtlError, env_rank, untrusted
 from mtl.models import load_encoder
 from mtl.models.multitask import model_state
 
 MARKER = "mtl_checkpoint.json"
+SHA256 = "sha256"  # the marker's {file: sha256}
 
 
 WEIGHTS = ("model.safetensors", "pytorch_model_fsdp.bin")  # DDP's, FSDP's (full state dict)
@@ -79,6 +92,36 @@ def incomplete_reason(folder: Path) -> str | None:
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, not {size}"
     return None
+
+
+def changed(folder: Path) -> str | None:
+    """The first file of a complete checkpoint whose sha256 is not the one its marker records
+    (None when all match, or the marker records none)."""
+    try:
+        sums = json.loads((folder / MARKER).read_text()).get(SHA256) or {}
+    except (OSError, ValueError, AttributeError):
+        return MARKER
+    if not isinstance(sums, dict):
+        return MARKER
+    for name, recorded in sums.items():
+        path = folder / str(name)
+        if folder.resolve() not in path.resolve().parents or not path.is_file():
+            return str(name)
+        if file_digest(path) != recorded:
+            return str(name)
+    return None
+
+
+def check_as_saved(folder: Path, fix: str) -> None:
+    """One line naming the file of checkpoint `folder` that changed since it was saved (its
+    sha256 is not the marker's) and `fix`; nothing when every file is as saved."""
+    name = changed(folder)
+    if name is not None:
+        raise MtlError(
+            f"{folder / name} is not the file the checkpoint saved (its sha256 is not the one "
+            f"{MARKER} records: changed or damaged since); {fix}",
+            all_ranks=True,
+        )
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -174,6 +217,7 @@ def _best_weights(best: Path) -> dict:
     problem = incomplete_reason(best)
     if problem is not None:
         raise MtlError(f"{best} is damaged ({problem}); {_instead(run)}")
+    check_as_saved(best, _instead(run))
     return read_weights(best_weights_file(best), _instead(run))
 
 
@@ -242,6 +286,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
     if problem is not None:
         run = checkpoint.parent.parent
         raise MtlError(f"{checkpoint} is damaged ({problem}); {_instead(run, checkpoint)}")
+    check_as_saved(checkpoint, _instead(checkpoint.parent.parent, checkpoint))
     name = WEIGHTS[0] if (checkpoint / WEIGHTS[0]).is_file() else WEIGHTS[1]
     return read_weights(
         checkpoint / name, _instead(checkpoint.parent.parent, checkpoint)

@@ -20,14 +20,12 @@ The base's frozen weights as loaded are checked against the digest the export re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from mtl.artifacts import HEADS_FILE, TASKS_FILE, check_digests, damaged, read_weights
@@ -35,7 +33,7 @@ from mtl.data.tokenizer import load_tokenizer
 from mtl.errors import MtlError, UntrustedCode, refuse_code, remote_code, untrusted
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
-from mtl.models.lora import adapter_tasks, peft_module
+from mtl.models.lora import base_digest, peft_module
 from mtl.models.multitask import head_task, model_state
 from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
@@ -218,18 +216,3 @@ def adapted_encoder(folder: Path, peft_meta: dict):
             "the export recorded)"
         )
     return adapted
-
-
-def base_digest(encoder: nn.Module) -> str:
-    """The sha256 of an adapted encoder's frozen base weights (every parameter that is no
-    adapter's, by name, dtype, shape and bytes): what the adapters of an export were trained
-    on, recorded at export and checked when the export is read."""
-    adapter = adapter_tasks(encoder)
-    digest = hashlib.sha256()
-    for name, param in sorted(encoder.named_parameters()):
-        if name in adapter:
-            continue
-        tensor = param.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()

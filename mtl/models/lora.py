@@ -25,10 +25,12 @@ that command.
 from __future__ import annotations
 
 import copy
+import hashlib
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from mtl.errors import MtlError, import_target
@@ -198,3 +200,18 @@ def merged_model(model: nn.Module, task: str | None = None) -> nn.Module:
         merged.encoder.set_adapter(task)
     merged.encoder = merged.encoder.merge_and_unload(adapter_names=names)
     return merged
+
+
+def base_digest(encoder: nn.Module) -> str:
+    """The sha256 of an adapted encoder's frozen base weights (every parameter that is no
+    adapter's, by name, dtype, shape and bytes): what its adapters were trained on, recorded in
+    an export and in each checkpoint (`mtl_run.json`), checked when either is read back."""
+    adapter = adapter_tasks(encoder)
+    digest = hashlib.sha256()
+    for name, param in sorted(encoder.named_parameters()):
+        if name in adapter:
+            continue
+        tensor = param.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

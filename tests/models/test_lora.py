@@ -336,3 +336,76 @@ def test_init_from_a_lora_run_or_its_adapters_names_the_merged_export(trained, t
         with pytest.raises(MtlError, match=says):
             train(cfg)
     assert not list(tmp_path.iterdir())
+
+
+def _other_base(source: Path, out: Path) -> Path:
+    """A copy of model folder `source` with other weights of the same shapes."""
+    from safetensors.torch import save_file
+
+    shutil.copytree(source, out)
+    tensors = load_file(out / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in tensors.items()}, out / "model.safetensors")
+    return out
+
+
+def test_an_export_on_another_base_of_the_same_shape_is_one_line(trained, tmp_path):
+    """The export names its base by path: another model of the same shape put there (here: the
+    export edited to name it) is refused by the digest of the base's frozen weights."""
+    results, run_dir, _ = trained
+    export = shutil.copytree(run_dir / "export", tmp_path / "export")
+    other = _other_base(Path(results.settings.model.name_or_path), tmp_path / "other")
+    meta = json.loads((export / "mtl_tasks.json").read_text())
+    meta["peft"]["base_model"] = str(other)
+    (export / "mtl_tasks.json").write_text(json.dumps(meta))
+    with pytest.raises(MtlError) as err:
+        mtl.load_model(export)
+    assert str(err.value) == (
+        f"model={export}: its base model {other} is not the one the adapters were trained on "
+        "(its weights' digest is not the one the export recorded): the export holds adapters "
+        "for it (mtl_tasks.json's peft.base_model); put the base model there, or export the run "
+        "again where it is"
+    )
+
+
+def test_an_export_whose_base_folder_was_replaced_is_one_line(tmp_path):
+    """`base/` of a random-init LoRA run replaced by another model of its shape: its files'
+    digests say so; with the digests rewritten to match, the base's weights digest still does."""
+    from mtl.artifacts import digests_of
+
+    out = tmp_path / "run"
+    cfg = compose_config(
+        "debug=fast", "task=[synthetic_cls]", "model.peft=lora", f"output_dir={out}"
+    )
+    with contextlib.redirect_stderr(io.StringIO()):
+        train(cfg)
+    export = out / "export"
+    other = _other_base(export / "base", tmp_path / "other")
+    shutil.rmtree(export / "base")
+    shutil.copytree(other, export / "base")
+    with pytest.raises(MtlError, match=r"base/model.safetensors is not the file the export wrote"):
+        mtl.load_model(export)
+    meta = json.loads((export / "mtl_tasks.json").read_text())
+    meta["digests"] = digests_of(export)
+    (export / "mtl_tasks.json").write_text(json.dumps(meta))
+    with pytest.raises(MtlError, match=r"its base model base is not the one the adapters were"):
+        mtl.load_model(export)
+
+
+def test_a_resume_on_another_base_of_the_same_shape_is_one_line(tmp_path, train_here):
+    """A step checkpoint holds the adapters, not the base: a resume reads model.name_or_path
+    again, and another model of the same shape there is refused; no file of the run changes."""
+    from tests.conftest import file_digests
+
+    model = save_tiny_model("bert", tmp_path / "model")
+    run = tmp_path / "run"
+    args = ["debug=fast", "task=[synthetic_cls]", "model.peft=lora", "model=minilm"]
+    args += [f"model.name_or_path={model}", "trainer.export=false"]
+    code, err = train_here(*args, f"hydra.run.dir={run}")
+    assert code == 0, err
+    shutil.rmtree(model)
+    save_tiny_model("bert", model, seed=1)
+    before = file_digests(run)
+    code, err = train_here(f"trainer.resume={run}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"the base model {model} is not the one the checkpoint's adapters were trained" in err
+    assert file_digests(run) == before

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from mtl.errors import MtlError
 from mtl.training.checkpoints.runlock import LOCK, process_start
 from mtl.training.tracking.wandb_file import read_history
-from tests.conftest import file_digests
+from tests.conftest import file_digests, resealed
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = [
@@ -316,7 +316,8 @@ class Payload:
 )
 def test_resume_runs_no_code_a_checkpoint_carries(trained, tmp_path, refused, name):
     """A pickle payload padded to the size the marker records: refused in one line naming the
-    file, before anything is loaded; the payload never runs (its marker file is not written)."""
+    file, before anything is loaded (its sha256 is not the marker's; with the marker rewritten
+    to match, it is not plain data); the payload never runs (its marker file is not written)."""
     import pickle
 
     run_dir = copy_of(trained, tmp_path)
@@ -324,6 +325,9 @@ def test_resume_runs_no_code_a_checkpoint_carries(trained, tmp_path, refused, na
     path = run_dir / "checkpoints" / "step_0000004" / name
     payload = pickle.dumps(Payload(marker))
     path.write_bytes(payload + b"\0" * (path.stat().st_size - len(payload)))
+    line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+    assert f"{path} is not the file the checkpoint saved (its sha256 is not the one" in line
+    resealed(path.parent)
     line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
     assert f"{path} is not plain data (damaged, or made to run code" in line
     assert "model.init_from=" in line
@@ -336,6 +340,7 @@ def test_random_states_overwritten_at_their_size_are_one_line(trained, tmp_path,
     run_dir = copy_of(trained, tmp_path)
     path = run_dir / "checkpoints" / "step_0000004" / "random_states_0.pkl"
     path.write_bytes(random.Random(0).randbytes(path.stat().st_size))
+    resealed(path.parent)
     line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
     assert f"{path} is not plain data" in line and "trainer.resume=" in line
 
@@ -345,6 +350,9 @@ def test_resume_from_a_damaged_checkpoint(trained, tmp_path, refused):
     for name in ("model.safetensors", "optimizer.bin"):
         path = run_dir / "checkpoints" / "step_0000004" / name
         path.write_bytes(b"\0" * path.stat().st_size)  # the size the marker lists, no content
+        line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
+        assert f"{path} is not the file the checkpoint saved" in line
+        resealed(path.parent)
         line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
         assert "step_0000004 cannot be loaded" in line and "trainer.resume=" in line
 

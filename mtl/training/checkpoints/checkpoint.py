@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtl.artifacts import (
+    file_digest,
     fsync,
     no_space,
     ordinary_modes,
@@ -49,9 +50,12 @@ from mtl.builders.weights import (
     DESCRIPTION,
     MARKER,
     OLD_PREFIX,
+    SHA256,
     STEP_NAME,
     TMP_PREFIX,
     best_weights_file,
+    changed,
+    check_as_saved,
     incomplete_reason,
     step_dir_name,
     step_folders,
@@ -132,17 +136,19 @@ def _writes_shared_files(accelerator) -> bool:
 
 
 def _seal(folder: Path, step: int) -> None:
-    """Flush every file to disk, then write the marker that says the folder is complete. The
+    """Flush every file to disk, then write the marker that says the folder is complete: each
+    file's size and sha256 (checked before the checkpoint is read: `check_as_saved`). The
     files get the modes of the umask (`ordinary_modes`: accelerate's safetensors writes 0600)."""
     ordinary_modes(folder)
-    files = {}
+    files, sums = {}, {}
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             fsync(path)
-            files[path.relative_to(folder).as_posix()] = path.stat().st_size
+            name = path.relative_to(folder).as_posix()
+            files[name], sums[name] = path.stat().st_size, file_digest(path)
     marker = folder / MARKER
     with open(marker, "w") as f:
-        json.dump({"step": step, "files": files}, f, indent=1)
+        json.dump({"step": step, "files": files, SHA256: sums}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     fsync(folder)
@@ -228,7 +234,7 @@ def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | 
             saved = json.loads((source / "best.json").read_text())["step"]
         except (OSError, ValueError, KeyError, TypeError):
             saved = None
-        if saved == step and incomplete_reason(source) is None:
+        if saved == step and incomplete_reason(source) is None and changed(source) is None:
             root = Path(run_dir) / "checkpoints"
             final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -242,6 +248,7 @@ def load_best(accelerator, model, run_dir: Path) -> dict | None:
     folder = Path(run_dir) / "checkpoints" / BEST
     if not (folder / MARKER).is_file():
         return None
+    check_as_saved(folder, "train again")
     state = read_weights(best_weights_file(folder), "train again")
     if is_sharded(accelerator):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

@@ -14,20 +14,23 @@ from omegaconf import OmegaConf
 from mtl.builders.weights import DESCRIPTION
 from mtl.config import Settings
 from mtl.errors import MtlError
-from mtl.models.lora import frozen_keys
+from mtl.models.lora import base_digest, frozen_keys, is_adapted
 from mtl.models.multitask import head_task
 
 DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
 
 
-def describe(settings: Settings, tasks: dict, tokenizer) -> dict:
+def describe(settings: Settings, tasks: dict, tokenizer, model=None) -> dict:
     """What a checkpoint records of its run, to compare on resume: each task's type, the model,
     the tokenizer (its name and a hash of its vocabulary), the balancer's config (its state and
     optimizer parameters are its own) and each task's label names in id order (what an export
-    or prediction of the run names its classes with, whatever the data files say later)."""
+    or prediction of the run names its classes with, whatever the data files say later); with
+    an adapter on `model`'s encoder, the digest of the frozen base it trains on (`base`: a step
+    checkpoint leaves the base out, so a resume reads it from `model.name_or_path` again)."""
     m = settings.model
     vocab = sorted(tokenizer.get_vocab().items())
-    return {
+    base = {"base": base_digest(model.encoder)} if model and is_adapted(model.encoder) else {}
+    return base | {
         "balancer": OmegaConf.to_container(settings.balancer, resolve=True),
         "tasks": {name: task.type for name, task in tasks.items()},
         "labels": {name: task.label_names for name, task in tasks.items()},
@@ -49,6 +52,13 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
         f"optimizer: model.init_from={run_of} instead of {option}"
     )
     theirs = _saved_description(folder, option)
+    if theirs and "base" in theirs and theirs["base"] != description.get("base"):
+        raise MtlError(
+            f"{option}: the base model {description['model']} is not the one the checkpoint's "
+            "adapters were trained on (its frozen weights' digest differs; a step checkpoint "
+            "holds the adapters only); put that base back at model.name_or_path",
+            all_ranks=True,
+        )
     for key in (*DESCRIBED, "labels") if theirs is not None else ():
         if key in theirs and theirs[key] != description[key]:
             raise MtlError(
@@ -91,7 +101,8 @@ def _saved_description(folder: Path, option: str) -> dict | None:
     try:
         saved = json.loads(path.read_text())
         labels = {"labels": saved["labels"]} if "labels" in saved else {}  # mtl >= 0.3
-        return {key: saved[key] for key in DESCRIBED} | labels
+        base = {"base": saved["base"]} if "base" in saved else {}
+        return {key: saved[key] for key in DESCRIBED} | labels | base
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise unreadable(folder, option, err) from None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from mtl.builders.weights import MARKER, resolve_checkpoint
+from mtl.builders.weights import MARKER, check_as_saved, resolve_checkpoint
 from mtl.config import flat
 from mtl.errors import MtlError
 from mtl.models.lora import frozen_keys
@@ -81,6 +81,8 @@ def find_start(resume: str | None, run_dir: Path, cfg: DictConfig | None = None)
     another training is refused (`check_run_folder`)."""
     option = f"trainer.resume={resume}"
     checkpoint = resolve_checkpoint(resume) if resume else None
+    if checkpoint is not None:  # every byte as saved, before anything is read or written
+        check_as_saved(Path(checkpoint), "give trainer.resume=<an earlier checkpoint of the run>")
     same_run = checkpoint is not None and run_of(checkpoint) == Path(run_dir).resolve()
     restart = check_run_folder(run_dir, same_run, resume, cfg)
     return Start(option, checkpoint, same_run, restart)
@@ -186,7 +188,8 @@ def load_checkpoint(accelerator, checkpoint: str, option: str, strict: bool = Tr
     """`accelerator.load_state` of a checkpoint whose files are data only (`check_data_only`); a
     damaged file (right size, wrong contents) is one line. `strict=False`: the model file may
     leave out weights (the frozen base of `model.peft`; `check_compatible` checked the rest)."""
-    check_data_only(Path(checkpoint), option)
+    folder = Path(checkpoint)
+    check_data_only(folder, option)
     try:
         accelerator.load_state(checkpoint, **({} if strict else {"strict": False}))
     except MtlError:

@@ -69,9 +69,9 @@ def build_run(settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]
     tasks, tokenizer = build_tasks(settings, settings.seed)
     loader = build_loader(settings, tasks, tokenizer, accelerator)
     model = build_model(settings, tasks)
+    description = describe(settings, tasks, tokenizer, model)
     if t.compile:
         compile_encoder(model, t.compile_backend)
-    description = describe(settings, tasks, tokenizer)
     start.check(model, description)
     total_steps = planned_steps(loader, t.epochs, t.grad_accum, t.max_steps)
     check_online(getattr(loader, "online", None), t, total_steps)
