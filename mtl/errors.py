@@ -67,6 +67,11 @@ def _own(target: str) -> bool:
     return top == "mtl" or (top == "peft" and "." not in rest and rest.endswith("Config"))
 
 
+class BadState(MtlError):
+    """A state read from a checkpoint that is not what mtl saves (its type, shape or range): the
+    resume says which checkpoint, and what to resume from instead."""
+
+
 class UntrustedCode(MtlError):
     """A folder read untrusted names code (`untrusted`): never reworded as a malformed file."""
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from mtl.errors import MtlError, did_you_mean, import_target
+from mtl.errors import BadState, MtlError, did_you_mean, import_target
 
 Figures = Mapping[str, Mapping[str, float]]
 
@@ -45,6 +45,79 @@ def _positive(value: Any, key: str, *, zero: bool = False) -> float:
         need = ">= 0" if zero else "> 0"
         raise MtlError(f"loader.online.{key}: got {value!r}; give a number {need}")
     return float(value)
+
+
+def finite_figures(state: Any, key: str) -> dict[str, float]:
+    """`state[key]` as {task: finite number}; `BadState` naming the key otherwise."""
+    value = state.get(key) if isinstance(state, Mapping) else None
+    if not isinstance(value, Mapping):
+        raise BadState(f"the policy's {key} are {value!r}, not {{task: number}}")
+    out = {}
+    for name, figure in value.items():
+        if not _number(figure) or not math.isfinite(figure):
+            raise BadState(f"the policy's {key} for task {name!r} is {figure!r}, not a number")
+        out[str(name)] = float(figure)
+    return out
+
+
+def state_count(state: Any, key: str) -> int:
+    """`state[key]` as an integer >= 0; `BadState` naming the key otherwise."""
+    value = state.get(key) if isinstance(state, Mapping) else None
+    if not _integer(value) or value < 0:
+        raise BadState(f"{key} is {value!r}, not an integer >= 0")
+    return int(value)
+
+
+def checked_state(state: Any, n: int, slots: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+    """(weights, updates, plan) of `OnlineMixing.state_dict`'s `state` for `n` tasks and epochs
+    of `slots` slots, checked for type, shape and range (`BadState` naming what is wrong):
+    weights of every task, finite, >= 0 and summing to 1; the plan's updates inside the epoch,
+    in order, numbered within the run's count."""
+    if not isinstance(state, Mapping):
+        raise BadState(f"the state is {type(state).__name__}, not a mapping")
+    weights = np.array(_weights(state.get("weights"), n, "weights"))
+    updates = state_count(state, "updates")
+    plan = state.get("plan")
+    if not isinstance(plan, Mapping) or not isinstance(plan.get("updates"), list):
+        raise BadState(f"the plan is {plan!r}, not {{epoch, start, updates}}")
+    epoch = plan.get("epoch")
+    if not _integer(epoch) or epoch < -1:
+        raise BadState(f"the plan's epoch is {epoch!r}, not an integer >= -1")
+    start = plan.get("start")
+    start = [] if epoch < 0 and start == [] else _weights(start, n, "start weights")
+    events, last = [], (0, 0)
+    for event in plan["updates"]:
+        if not isinstance(event, (list, tuple)) or len(event) != 3:
+            raise BadState(f"an update of the plan is {event!r}, not [slot, number, weights]")
+        at, index = event[0], event[1]
+        ok = _integer(at) and _integer(index)
+        if not (ok and last[0] <= at < slots and 0 < at and last[1] < index <= updates):
+            raise BadState(
+                f"an update of the plan is at slot {at!r}, number {index!r}; the epoch has "
+                f"{slots} slots and the run {updates} updates, each later than the one before"
+            )
+        events.append([int(at), int(index), _weights(event[2], n, "update's weights")])
+        last = (at, index)
+    return weights, updates, {"epoch": int(epoch), "start": start, "updates": events}
+
+
+def _weights(value: Any, n: int, what: str) -> list[float]:
+    """`value` as the weights of `n` tasks, finite, >= 0 and summing to 1 (as `checked_weights`
+    makes them), or `BadState` naming `what`."""
+    ok = isinstance(value, (list, tuple)) and len(value) == n and all(map(_number, value))
+    if ok:
+        ok = all(math.isfinite(v) and v >= 0 for v in value) and abs(sum(value) - 1) < 1e-6
+    if not ok:
+        raise BadState(f"the {what} are {value!r}, not {n} numbers >= 0 summing to 1")
+    return [float(v) for v in value]
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
@@ -64,6 +137,14 @@ class Exp3:
         self.exploration, self.smoothing = exploration, smoothing
         self.rewards: dict[str, float] = {}
         self.updates = 0
+
+    def check_tasks(self, names: Sequence[str]) -> None:
+        k = len(names)
+        if self.exploration is not None and self.exploration * k > 1:
+            raise MtlError(
+                f"loader.online.exploration: got {self.exploration}; with {k} tasks give a "
+                f"number in [0, 1/{k}]"
+            )
 
     def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
         names = list(weights)
@@ -93,8 +174,8 @@ class Exp3:
         return {"rewards": dict(self.rewards), "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.rewards = {n: float(v) for n, v in state["rewards"].items()}
-        self.updates = int(state["updates"])
+        self.rewards = finite_figures(state, "rewards")
+        self.updates = state_count(state, "updates")
 
 
 class LossSoftmax:
@@ -123,7 +204,7 @@ class LossSoftmax:
         return {"losses": dict(self.losses)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.losses = {n: float(v) for n, v in state["losses"].items()}
+        self.losses = finite_figures(state, "losses")
 
 
 class DevGap:
@@ -170,8 +251,8 @@ class DevGap:
         return {"best": dict(self.best), "gaps": dict(self.gaps)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.best = {n: float(v) for n, v in state["best"].items()}
-        self.gaps = {n: float(v) for n, v in state.get("gaps", {}).items()}  # logged only
+        self.best = finite_figures(state, "best")
+        self.gaps = finite_figures({"gaps": {}, **state}, "gaps")  # logged only
 
 
 POLICIES = {"exp3": Exp3, "loss_softmax": LossSoftmax, "dev_gap": DevGap}
@@ -218,11 +299,14 @@ def checked_weights(weights: Any, names: Sequence[str], step: int, policy: Any) 
     for i, name in enumerate(names):
         value = weights[name]
         try:
-            out[i] = float(value)
-        except (TypeError, ValueError):
-            out[i] = math.nan
+            out[i] = float(value) if _number(value) else math.nan
+        except OverflowError:
+            out[i] = math.inf
         if not math.isfinite(out[i]) or out[i] < 0:
-            raise MtlError(f"{who} returned weight {value!r} for task {name!r}; give >= 0")
-    if out.sum() <= 0:
+            raise MtlError(
+                f"{who} returned weight {value!r} for task {name!r}; give a finite number >= 0"
+            )
+    if out.max() <= 0:
         raise MtlError(f"{who} returned weight 0 for every task; give at least one above 0")
+    out = out / out.max()  # weights near the float maximum: their sum would overflow
     return out / out.sum()

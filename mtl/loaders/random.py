@@ -10,7 +10,7 @@ import numpy as np
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
 from mtl.loaders.mixture import Mixture, fill
-from mtl.loaders.online import build_policy, checked_weights
+from mtl.loaders.online import build_policy, checked_state, checked_weights
 
 
 class WeightedLoader(CompositeLoader):
@@ -304,6 +304,7 @@ class OnlineMixing:
         if callable(getattr(self.policy, "check_tasks", None)):
             self.policy.check_tasks(loader.names)
         self.weights = loader.mixture.weights(0)
+        self.included = (self.weights > 0).astype(float)  # weight 0 leaves a task out
         self.updates = 0
         self.plan: dict[str, Any] = {"epoch": -1, "start": [], "updates": []}
         self.drawn: tuple | None = None  # (epoch, its steps, updates applied) under way
@@ -321,8 +322,22 @@ class OnlineMixing:
     def update(self, figures: Mapping, step: int) -> None:
         names = self.loader.names
         current = {n: float(w) for n, w in zip(names, self.weights, strict=True)}
-        new = self.policy.update(figures, current)
-        self.weights = checked_weights(new, names, step, self.policy)
+        try:
+            new = self.policy.update(figures, current)
+        except MtlError:
+            raise
+        except Exception as err:  # the user's policy: one line naming it and where it raised
+            raise MtlError(
+                f"loader.online.policy {type(self.policy).__name__}.update raised at step {step} "
+                f"({type(err).__name__}: {err}{_where(err)}); fix the policy"
+            ) from None
+        weights = checked_weights(new, names, step, self.policy) * self.included
+        if weights.sum() <= 0:
+            raise MtlError(
+                f"loader.online.policy {type(self.policy).__name__} at step {step} gave weight "
+                "only to tasks the weighting leaves out (weight 0); give the others some"
+            )
+        self.weights = weights / weights.sum()
         self.updates += 1
         epoch, at = self.loader.position
         if self.plan["epoch"] == epoch and 0 < at < self.loader.fixed_length:
@@ -383,12 +398,19 @@ class OnlineMixing:
                 "policy": state}  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.weights = np.array(state["weights"], dtype=float)
-        self.updates = int(state["updates"])
-        plan = state["plan"]
-        self.plan = {"epoch": int(plan["epoch"]), "start": list(plan["start"]),
-                     "updates": [list(u) for u in plan["updates"]]}  # fmt: skip
+        """The state `state_dict` saved, checked first (`checked_state`: `BadState` naming
+        what is wrong)."""
+        weights, updates, plan = checked_state(state, len(self.loader.names), self.loader.slots)
         if callable(getattr(self.policy, "load_state_dict", None)):
-            self.policy.load_state_dict(state["policy"])
+            self.policy.load_state_dict(state.get("policy"))
+        self.weights, self.updates, self.plan = weights, updates, plan
         self.drawn = None
         self.loader.replan(self.plan["epoch"])
+
+
+def _where(err: BaseException) -> str:
+    """`, at file:line` of the innermost frame of `err`'s traceback ('' without one)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""

@@ -4,12 +4,15 @@ progress (`Progress`: evaluations so far, why it stops) and what it returns
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from mtl.errors import BadState
 
 
 class TrainState:
@@ -41,13 +44,69 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """The counters `state_dict` saved, each checked for type and range first (`BadState`
+        naming the counter)."""
+        if not isinstance(state, dict):
+            raise BadState(f"the run's counters are {type(state).__name__}, not a mapping")
+        n = len(self.share_totals)
+        for key in ("step", "epoch", "evals_since_best", "metrics_rows", "best_step"):
+            value = state.get(key)
+            if not (value is None and key in ("metrics_rows", "best_step")) and not _count(value):
+                raise BadState(f"the run's {key} is {value!r}, not an integer >= 0")
+        totals = state.get("share_totals")
+        if not _numbers(totals, n):
+            raise BadState(f"the run's share_totals are {totals!r}, not {n} numbers >= 0")
+        best = state.get("best")
+        if not isinstance(best, dict) or not all(_number(v, _anything) for v in best.values()):
+            raise BadState(f"the run's best figures are {best!r}, not {{name: number}}")
+        mixing = state.get("mixing")  # absent before loader.online
+        if mixing is not None:
+            check_window(mixing, n)
         self.step, self.epoch = state["step"], state["epoch"]
-        self.share_totals = torch.tensor(state["share_totals"], dtype=torch.float64)
+        self.share_totals = torch.tensor(totals, dtype=torch.float64)
         self.metrics_rows = state["metrics_rows"]
         self.best_step = state["best_step"]
-        self.best = dict(state["best"])
+        self.best = dict(best)
         self.evals_since_best = state["evals_since_best"]
-        self.mixing = state.get("mixing")  # absent before loader.online
+        self.mixing = mixing
+
+
+def check_window(window: Any, n: int) -> None:
+    """`BadState` unless `window` is the online-mixing window `Window.state` saves for `n` tasks:
+    each process's loss sums (n x [sum, count]) and counts (n tasks' rows, then sequences, real
+    and padded tokens), finite and (counts) >= 0, and the step it began at."""
+    if not isinstance(window, dict):
+        raise BadState(f"the online-mixing window is {window!r}, not a mapping")
+    sums, counts, first = window.get("loss_sums"), window.get("counts"), window.get("first_step")
+    ok = isinstance(sums, list) and isinstance(counts, list) and len(sums) == len(counts) > 0
+    ok = ok and all(_numbers(s, 2 * n, _anything) for s in sums)  # a NaN loss: the window says so
+    if not (ok and all(_numbers(c, n + 3) for c in counts) and _count(first)):
+        raise BadState(
+            f"the online-mixing window is not one mtl saves for {n} tasks (loss_sums "
+            f"{str(sums)[:60]}, counts {str(counts)[:60]}, first_step {first!r})"
+        )
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _anything(value: float) -> bool:
+    return True
+
+
+def _counted(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
+
+
+def _number(value: Any, ok=_counted) -> bool:
+    """Whether `value` is a number (not a bool) for which `ok` holds (default: finite, >= 0)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and ok(value)
+
+
+def _numbers(values: Any, n: int, ok=_counted) -> bool:
+    """Whether `values` is a list of `n` numbers for which `ok` holds."""
+    return isinstance(values, list) and len(values) == n and all(_number(v, ok) for v in values)
 
 
 class StopReason(str, Enum):

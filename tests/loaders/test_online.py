@@ -238,3 +238,102 @@ def test_a_static_loaders_state_is_as_before_online_mixing_existed():
         "loader", "seed", "exhaust", "steps_per_epoch", "weighting", "temperature",
         "temperature_end", "shape", "size_cap", "stages", "max_passes",
     }  # fmt: skip
+
+
+class Huge:
+    """A policy whose weights are each near the float maximum (their sum overflows)."""
+
+    def update(self, figures, weights):
+        return {n: 1e308 for n in weights}
+
+
+class Raises:
+    def update(self, figures, weights):
+        raise KeyError("dev")
+
+
+class NoUpdate:
+    pass
+
+
+def _policy_loader(policy, **options):
+    online = {"policy": f"{__name__}.{policy}", "update_every": 1}
+    return RandomLoader({"a": range(6), "b": range(6), "c": range(6)}, online=online, **options)
+
+
+def test_weights_near_the_float_maximum_are_weights_not_an_overflow():
+    loader = _policy_loader("Huge")
+    next(iter(loader))
+    loader.update_mixture({}, 1)
+    assert loader.mix_weights() == pytest.approx({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3})
+
+
+def test_a_task_weighted_0_stays_out_under_online_mixing():
+    """exp3 explores every task it is given; a weight 0 in the weighting still leaves one out."""
+    online = {"policy": "exp3", "update_every": 1, "options": {"exploration": 0.2}}
+    loader = RandomLoader(
+        {"a": range(6), "b": range(6), "c": range(6)},
+        online=online,
+        weighting={"a": 1, "b": 1, "c": 0},
+        steps_per_epoch=12,
+    )
+    it = iter(loader)
+    for step in range(1, 12):
+        next(it)
+        loader.update_mixture({"a": {"loss": 1.0}, "b": {"loss": 2.0}}, step)
+        assert loader.mix_weights()["c"] == 0
+    assert 2 not in loader.schedule(0).tolist()
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ("NoUpdate", "NoUpdate has no update(figures, weights) method"),
+        ("softmax", "is a function, not a subclass of builtins.object"),
+    ],
+)
+def test_a_policy_that_is_not_one_is_one_line_at_build(policy, says):
+    with pytest.raises(MtlError) as err:
+        _policy_loader(policy)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_policy_that_raises_is_one_line_naming_it_and_where():
+    loader = _policy_loader("Raises")
+    next(iter(loader))
+    with pytest.raises(MtlError) as err:
+        loader.update_mixture({}, 3)
+    message = str(err.value)
+    assert message.startswith("loader.online.policy Raises.update raised at step 3 (KeyError: ")
+    assert f"{__file__}:" in message and message.endswith("; fix the policy")
+
+
+def test_exploration_above_one_over_k_is_refused_when_built():
+    online = {"policy": "exp3", "update_every": 1, "options": {"exploration": 0.5}}
+    with pytest.raises(MtlError, match=r"exploration: got 0.5; with 3 tasks give a number in"):
+        RandomLoader({"a": range(4), "b": range(4), "c": range(4)}, online=online)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda s: s.update(weights=[-1.0, 1.0, 1.0]), "the weights are [-1.0, 1.0, 1.0]"),
+        (lambda s: s.update(weights=[math.nan, 0.5, 0.5]), "the weights are [nan, 0.5, 0.5]"),
+        (lambda s: s.update(weights=[0.5, 0.5]), "not 3 numbers >= 0 summing to 1"),
+        (lambda s: s["plan"]["updates"].append([10**6, 99, [1 / 3] * 3]), "at slot 1000000"),
+        (lambda s: s.update(plan="x"), "the plan is 'x'"),
+        (lambda s: s["policy"]["rewards"].update(a=math.nan), "rewards for task 'a' is nan"),
+        (lambda s: s.update(updates=-1), "updates is -1"),
+    ],
+)
+def test_a_saved_state_out_of_range_is_refused_naming_it(edit, says):
+    from mtl.errors import BadState
+
+    loader = online_loader("exp3")
+    drive(loader, 2, steps=5)
+    state = loader.state_dict()
+    edit(state["online"])
+    fresh = online_loader("exp3")
+    with pytest.raises(BadState) as err:
+        fresh.load_state_dict(state)
+    assert says in str(err.value) and "\n" not in str(err.value)

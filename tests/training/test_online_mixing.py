@@ -78,3 +78,49 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     want, got = final_weights(full), final_weights(resumed)
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def _edit_loader(state):
+    state["online"]["weights"] = [-1.0, 1.0, 1.0]
+
+
+def _edit_update(state):
+    state["online"]["plan"]["updates"].append([10**6, 99, [1 / 3] * 3])
+
+
+def _edit_window(state):
+    state["mixing"] = [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (_edit_loader, "the weights are [-1.0, 1.0, 1.0], not 3 numbers >= 0 summing to 1"),
+        (_edit_update, "an update of the plan is at slot 1000000, number 99"),
+        (_edit_window, "the online-mixing window is [1, 2, 3], not a mapping"),
+    ],
+)
+def test_a_checkpoint_whose_mixing_state_is_out_of_range_is_refused(make_cfg, tmp_path, edit, says):
+    """The marker rewritten to match (as one who knew the format would): the state itself is
+    checked, the resume refused in one line naming the checkpoint, no file of the run changed."""
+    from mtl.errors import MtlError
+    from tests.conftest import file_digests, resealed
+
+    part = tmp_path / "part"
+    every = ["trainer.checkpoint_every=5", "trainer.keep_last=null"]
+    run(make_cfg("loader=mixup", *ONLINE, *every, output_dir=part))
+    checkpoint = part / "checkpoints" / "step_0000005"
+    for path in checkpoint.glob("custom_checkpoint_*.pkl"):
+        state = torch.load(path, weights_only=True)
+        if ("online" in state) == (edit is not _edit_window):
+            edit(state)
+            torch.save(state, path)
+    resealed(checkpoint)
+    before = file_digests(tmp_path)
+    resumed = tmp_path / "resumed"
+    with pytest.raises(MtlError) as err:
+        run(make_cfg("loader=mixup", *ONLINE, f"trainer.resume={checkpoint}", output_dir=resumed))
+    message = str(err.value)
+    assert message.startswith(f"trainer.resume={checkpoint}: checkpoint {checkpoint} holds a ")
+    assert says in message and "\n" not in message
+    assert file_digests(tmp_path) == before

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl.builders.weights import MARKER, check_as_saved, resolve_checkpoint
 from mtl.config import flat
-from mtl.errors import MtlError
+from mtl.errors import BadState, MtlError
 from mtl.models.lora import frozen_keys
 from mtl.training.checkpoints.checkpoint import carry_best
 from mtl.training.checkpoints.compatible import check_compatible, unreadable
@@ -192,6 +192,12 @@ def load_checkpoint(accelerator, checkpoint: str, option: str, strict: bool = Tr
     check_data_only(folder, option)
     try:
         accelerator.load_state(checkpoint, **({} if strict else {"strict": False}))
+    except BadState as err:
+        raise MtlError(
+            f"{option}: checkpoint {folder} holds a state mtl did not save ({err}); resume from "
+            f"an earlier one: trainer.resume={folder.parent}/step_N",
+            all_ranks=True,
+        ) from None
     except MtlError:
         raise
     except Exception as err:
