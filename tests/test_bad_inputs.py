@@ -128,6 +128,10 @@ CASES = [
     (["model.peft=dora"], ["model.peft=dora is not a method mtl knows; use model.peft=lora"]),
     (["model.peft={rank:4}"], ["model.peft.rank is not a LoRA option; use r, alpha, dropout"]),
     (["model.peft={per_task:yes}"], ["model.peft.per_task=yes must be true or false"]),
+    (["model.peft={alpha:abc}"], ["model.peft.alpha='abc' must be a number > 0"]),
+    (["model.peft={r:true}"], ["model.peft.r=True must be an integer >= 1"]),
+    (["model.peft={target_modules:[1]}"], ["model.peft.target_modules=[1] must be a module name"]),
+    (["model.peft={_target_:os.system}"], ["model.peft._target_='os.system' is a function, not"]),
     (
         ["model.peft={target_modules:[nope]}"],
         ["model.peft: Target modules {'nope'} not found", "linear layers are dense, key, query"],
@@ -201,6 +205,15 @@ CASES = [
     (["loader.online={policy:exp3,update_every:50}"], ["above the run's", "give at most"]),
     (["loader.online={policy:dev_gap,update_every:2}"], ["give trainer.eval_every=<steps>"]),
     (["loader.online={policy:exp3,update_every:0}"], ["update_every: got 0"]),
+    (
+        ["loader.online={policy:exp3,update_every:2,options:{exploration:1.5}}"],
+        ["loader.online.exploration: got 1.5; with", "give a number in [0, 1/"],
+    ),
+    (
+        ["loader.online={policy:os.system,update_every:2,options:{command:touch}}"],
+        ["loader.online.policy='os.system' is a function, not a subclass of builtins.object"],
+    ),
+    (["loader.temperature_end=2"], ["temperature_end=2.0 moves the temperature of weighting="]),
     (
         ["loader.max_passes=1", "loader.steps_per_epoch=100000", "loader.exhaust=null"],
         ["every task in play has reached its cap"],

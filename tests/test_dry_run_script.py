@@ -93,3 +93,20 @@ def test_mtl_workspace_prints_the_spec(capsys):
     main(["entity=e", "project=p", "tasks=[a,b]", "dry_run=true"])
     out = capsys.readouterr().out
     assert '"project": "p"' in out and "eval/a/" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "shares"),
+    [
+        # read as training reads them: 1e-9 a number (YAML would read a string); T -> 0 gives
+        # the largest task every step, without an overflow blamed on caps never given
+        (["loader.weighting=temperature", "loader.temperature=1e-9"], ["100.0%", "0.0%"]),
+        (["loader.weighting={a: 1e308, b: 1e308}"], ["57.1%", "42.9%"]),  # each_once: sizes
+        (["loader.weighting={a: 1e308, b: 1}"], ["100.0%", "0.0%"]),
+    ],
+)
+def test_option_values_are_read_as_training_reads_them(dry_run, options, shares):
+    result = dry_run("random", "a=4", "b=3", *options)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()[-2:]]
+    assert [row[3] for row in rows] == shares

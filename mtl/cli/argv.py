@@ -45,7 +45,9 @@ def continue_in_place(argv: list[str]) -> list[str]:
 def recorded_overrides(run: Path, argv: list[str]) -> list[str]:
     """The overrides the run was trained with (its `.hydra/overrides.yaml`), less those of keys
     the command gives itself and those naming a folder or checkpoint (`output_dir`,
-    `trainer.resume`)."""
+    `trainer.resume`). One that names code Hydra itself would call at start (a callback, a
+    `_target_` under `hydra`) is refused: the `_target_`s mtl calls are checked for their kind
+    (`mtl.errors.import_target`), Hydra's are not."""
     path = run / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return []
@@ -62,6 +64,16 @@ def recorded_overrides(run: Path, argv: list[str]) -> list[str]:
             f"{path} cannot be read ({type(err).__name__}); restore it, or give the run's "
             "overrides beside trainer.resume"
         ) from None
+    for text, override in zip(recorded, parsed, strict=True):
+        key = _key(override)
+        if key.startswith(("hydra.callbacks", "hydra/callbacks")) or (
+            key.startswith("hydra") and "_target_" in str(text)
+        ):
+            raise MtlError(
+                f"{path} records {text!r}, code Hydra would run when the run starts; a resume "
+                "does not run it from a run's record: give it on the command line yourself if "
+                "you trust it"
+            )
     skip = given | {"output_dir", "trainer.resume"}
     return [text for text, o in zip(recorded, parsed, strict=True) if _key(o) not in skip]
 

@@ -10,8 +10,6 @@ import inspect
 import sys
 from typing import Any
 
-import yaml
-
 from mtl.cli.script import Command, Option, Positional, count, one_line_errors
 from mtl.errors import MtlError, did_you_mean
 
@@ -31,7 +29,8 @@ COMMAND = Command(
         (
             "[loader.<key>=<value> ...]",
             "an option of the loader, as in training "
-            "(loader.weighting=uniform); its values are read as YAML",
+            "(loader.weighting=uniform); its values are read as training reads them "
+            "(Hydra's override grammar: 1e-9 is a number)",
         ),
     ),
     options=(Option("epochs", "1", "how many epochs to print", 1, count),),
@@ -39,13 +38,14 @@ COMMAND = Command(
 
 
 def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, int], dict]:
-    """The task sizes and the loader options (values read as YAML) of the `key=value` pairs."""
+    """The task sizes and the loader options (values read as training's command line reads
+    them, `override_value`) of the `key=value` pairs."""
     from mtl.config.checks import check_arguments, parameters  # see main
 
     sizes, options = {}, {}
     for key, value in pairs.items():
         if key.startswith("loader."):
-            options[key.removeprefix("loader.")] = yaml.safe_load(value)
+            options[key.removeprefix("loader.")] = override_value(key, value)
         elif "." in key:
             known = ["epochs", *(f"loader.{name}" for name in parameters(loader)[0])]
             raise MtlError(
@@ -65,6 +65,25 @@ def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, in
         raise MtlError(f"give each task's size as <task>=<batches>; usage: {COMMAND.usage()}")
     check_arguments(options, loader, "loader")
     return sizes, options
+
+
+def override_value(key: str, value: str) -> Any:
+    """`value` as `key=value` on training's command line gives it (Hydra's override grammar,
+    then OmegaConf's: `1e-9` a float, `{a: 1}` a mapping), or one line saying it cannot be read."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"{key}={value}").value()
+    except HydraException as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise MtlError(
+            f"{key}={value}: cannot be read ({detail}); quote it as in training"
+        ) from None
+    if isinstance(parsed, (dict, list)):
+        return OmegaConf.to_container(OmegaConf.create(parsed), resolve=True)
+    return parsed
 
 
 @one_line_errors

@@ -70,6 +70,13 @@ class Mixture:
             self._temperature(temperature_end, "temperature_end")
         self.temperature_end = None if temperature_end is None else float(temperature_end)
         self.stages = [self._stage(s, f"stages[{i}].") for i, s in enumerate(stages or [])]
+        tempered = [s for s in (self.base, *self.stages) if s["weighting"] == "temperature"]
+        if temperature_end is not None and not tempered:
+            raise MtlError(
+                f"temperature_end={temperature_end} moves the temperature of weighting="
+                "temperature, which this mixture does not use; give weighting=temperature, or "
+                "drop temperature_end"
+            )
         self.caps = self._caps(max_passes)
         if self.moves and not epochs:
             raise MtlError(
@@ -195,9 +202,11 @@ class Mixture:
             return np.ones_like(sizes)
         if weighting == "annealed":
             return sizes ** (1.0 - 0.8 * self.progress(epoch))
-        if weighting == "temperature":
+        if weighting == "temperature":  # scaled to the largest first: 1/T may be huge
             capped = sizes if self.size_cap is None else np.minimum(sizes, self.size_cap)
-            return capped ** (1.0 / self.temperature_at(epoch, stage["temperature"]))
+            return (capped / capped.max()) ** (
+                1.0 / self.temperature_at(epoch, stage["temperature"])
+            )
         return np.array([weighting[n] for n in self.names])
 
     def in_play(self) -> np.ndarray:
@@ -213,6 +222,7 @@ class Mixture:
         if self.stages:
             stage = self.stages[self._stage_index(epoch * (length or 0) + step, length)]
         w = self.stage_weights(stage, epoch)
+        w = w / w.max()  # weights near the float maximum: their sum would overflow
         return w / w.sum()
 
     def boundaries(self, length: int | None) -> list[int]:

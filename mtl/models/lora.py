@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -74,12 +75,26 @@ def check_peft(spec: Any) -> None:
             "model.peft={_target_: peft.LoraConfig, ...} for peft's own options)"
         )
     given = {**LORA, **{k: v for k, v in spec.items() if k != PER_TASK}}
-    if not isinstance(given["r"], int) or given["r"] < 1:
-        raise MtlError(f"model.peft.r={given['r']} must be an integer >= 1")
-    if not given["alpha"] > 0:
-        raise MtlError(f"model.peft.alpha={given['alpha']} must be > 0")
-    if not 0 <= given["dropout"] < 1:
-        raise MtlError(f"model.peft.dropout={given['dropout']} must be in [0, 1)")
+    r, alpha, dropout = given["r"], given["alpha"], given["dropout"]
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise MtlError(f"model.peft.r={r!r} must be an integer >= 1")
+    if not _number(alpha) or not 0 < alpha < math.inf:
+        raise MtlError(f"model.peft.alpha={alpha!r} must be a number > 0")
+    if not _number(dropout) or not 0 <= dropout < 1:
+        raise MtlError(f"model.peft.dropout={dropout!r} must be a number in [0, 1)")
+    targets = given["target_modules"]
+    names = [targets] if isinstance(targets, str) else targets
+    if names is not None and (
+        not isinstance(names, Sequence) or not names or not all(isinstance(n, str) for n in names)
+    ):
+        raise MtlError(
+            f"model.peft.target_modules={targets!r} must be a module name or a list of them "
+            "(query, [query, value]), or null for peft's defaults"
+        )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def per_task(spec: Any) -> bool:
@@ -103,6 +118,8 @@ def peft_config(spec: Mapping[str, Any] | str) -> Any:
             raise MtlError(f"model.peft: {str(err).splitlines()[0]}") from None
     given = {**LORA, **({} if isinstance(spec, str) else spec)}
     targets = given["target_modules"]
+    if isinstance(targets, str):
+        targets = [targets]  # a module's name (peft would read a lone string as a regex)
     return peft_module().LoraConfig(
         r=given["r"],
         lora_alpha=given["alpha"],

@@ -90,3 +90,44 @@ def test_the_runs_own_overrides_come_first_and_the_commands_win(tmp_path):
     (run / ".hydra" / "overrides.yaml").write_text("{not: a list}")
     with pytest.raises(MtlError, match="overrides.yaml cannot be read"):
         continue_in_place(argv)
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "+hydra.callbacks.evil._target_=os.system",
+        "+hydra.callbacks.evil={_target_: os.system, command: touch}",
+        "hydra.job_logging.handlers.x={_target_: os.system}",
+    ],
+)
+def test_a_record_naming_code_hydra_would_run_is_refused(tmp_path, recorded):
+    """Hydra calls its callbacks itself, before mtl can check their kind: a run's record that
+    names one (a run folder from elsewhere) is refused before Hydra reads it."""
+    run = make_run(tmp_path / "run")
+    (run / ".hydra" / "overrides.yaml").write_text(json.dumps(["seed=1", recorded]))
+    with pytest.raises(MtlError) as err:
+        continue_in_place([f"trainer.resume={run}"])
+    assert str(err.value).startswith(f"{run / '.hydra' / 'overrides.yaml'} records {recorded!r}")
+    assert "give it on the command line yourself if you trust it" in str(err.value)
+
+
+def test_a_resume_calls_no_function_its_record_names(tmp_path, train_here, monkeypatch):
+    """A run folder from elsewhere whose record sets the online policy to `os.system`: the
+    resume resolves the policy to a class before calling anything, and refuses a function."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    code, err = train_here("debug=fast", "task=[synthetic_cls]", f"hydra.run.dir={run}")
+    assert code == 0, err
+    from omegaconf import OmegaConf
+
+    overrides = run / ".hydra" / "overrides.yaml"
+    policy = "loader.online={policy: os.system, update_every: 2, options: {command: 'touch ran'}}"
+    overrides.write_text(json.dumps([*OmegaConf.load(overrides), policy]))
+    config = OmegaConf.load(run / ".hydra" / "config.yaml")  # its record says so too
+    online = {"policy": "os.system", "update_every": 2, "options": {"command": "touch ran"}}
+    config.loader.online = online
+    OmegaConf.save(config, run / ".hydra" / "config.yaml")
+    code, err = train_here(f"trainer.resume={run}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "loader.online.policy='os.system' is a function, not a subclass" in err
+    assert not (tmp_path / "ran").exists() and not (run / "ran").exists()

@@ -409,3 +409,10 @@ def test_a_resume_on_another_base_of_the_same_shape_is_one_line(tmp_path, train_
     assert code == 2 and err.count("\n") == 1, err
     assert f"the base model {model} is not the one the checkpoint's adapters were trained" in err
     assert file_digests(run) == before
+
+
+def test_a_single_target_module_is_its_name_not_its_letters():
+    from mtl.models.lora import peft_config
+
+    assert peft_config({"target_modules": "query"}).target_modules == {"query"}
+    assert peft_config({"target_modules": ["query", "value"]}).target_modules == {"query", "value"}
