@@ -8,6 +8,9 @@ short name or import path), the heads defined in `mtl.models.heads` (also under 
 types' modules give them, as exports of mtl 0.1.0 name two of them:
 `mtl.task_types.choice.MultipleChoiceHead`, `mtl.task_types.multilabel.MultiLabelHead`), matched
 by their exact import path (never by a prefix), and the names of those types' `known_metrics`.
+
+This check names the task that is refused; whatever else a folder names (a family, a peft config
+class, transformers' remote code) is refused while it is read by `mtl.errors.untrusted`.
 """
 
 from __future__ import annotations
