@@ -215,3 +215,48 @@ def test_trusted_a_function_in_a_class_slot_is_still_refused(runs, tmp_path, pay
         "peft.config.PeftConfig; name a class of that kind"
     )
     assert not marker.exists()
+
+
+def _adapter_config(**values):
+    def edit(folder: Path, meta: dict) -> None:
+        path = folder / "adapter" / "adapter_config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+
+    return edit
+
+
+def _pickle_weights(folder: Path, meta: dict) -> None:
+    import pickle
+
+    (folder / "base" / "model.safetensors").write_bytes(pickle.dumps({"weights": [1, 2, 3]}))
+
+
+DAMAGED = {
+    "lora_alpha x50": (_adapter_config(lora_alpha=800), "adapter/adapter_config.json is not the"),
+    "peft_type unknown": (_adapter_config(peft_type="NOPE"), "adapter/adapter_config.json is not"),
+    "a pickle for the base's weights": (_pickle_weights, "base/model.safetensors is not the file"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_an_edited_export_file_is_named_and_blamed_on_itself(runs, tmp_path, case):
+    """Edited after the export: its digest names it. Edited by one who rewrote the digests as
+    well: the file is still named by what reading it says, never blamed on another."""
+    edit, says = DAMAGED[case]
+    export = shutil.copytree(runs["lora"] / "export", tmp_path / "export")
+    meta = json.loads((export / "mtl_tasks.json").read_text())
+    edit(export, meta)
+    with pytest.raises(MtlError) as err:
+        mtl.load_model(export)
+    assert says in str(err.value) and "export the run again" in str(err.value)
+    if case == "lora_alpha x50":
+        return  # whole and consistent with digests rewritten: a crafted export is another model
+    redigested = crafted_export(runs["lora"] / "export", tmp_path / "crafted", edit)
+    with pytest.raises(MtlError) as err:
+        mtl.load_model(redigested)
+    message = str(err.value)
+    assert "\n" not in message
+    if case == "a pickle for the base's weights":
+        assert message.startswith(f"{redigested}/base/model.safetensors is damaged")
+    else:
+        assert message.startswith(f"model={redigested}: an adapter cannot be put on its base")
