@@ -25,7 +25,7 @@ from mtl.artifacts import digests_of
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.errors import MtlError
-from tests.inference.test_artifacts import listing, one_line_error
+from tests.inference.test_artifacts import listing, one_line_error, user_module  # noqa: F401
 
 pytest.importorskip("peft")
 
@@ -49,18 +49,6 @@ def runs(tmp_path_factory, compose_cfg) -> dict[str, Path]:
         OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
         made[name] = out
     return made
-
-
-@pytest.fixture
-def payload(tmp_path, monkeypatch):
-    """(module name, marker): a module on sys.path whose import writes the marker."""
-    name = f"payload_{tmp_path.name[-12:].replace('-', '_')}"
-    marker = tmp_path / "marker"
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / f"{name}.py").write_text(PAYLOAD.format(marker=str(marker)))
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    yield name, marker
-    sys.modules.pop(name, None)
 
 
 def crafted_export(source: Path, out: Path, edit) -> Path:
@@ -132,8 +120,8 @@ EXPORT_CASES = {
 
 
 @pytest.mark.parametrize("case", list(EXPORT_CASES))
-def test_an_export_naming_code_is_refused_in_one_line(runs, tmp_path, payload, capsys, case):
-    module, marker = payload
+def test_an_export_naming_code_is_refused_in_one_line(runs, tmp_path, user_module, capsys, case):
+    module, marker = user_module
     run, edit, named = EXPORT_CASES[case]
 
     def apply(folder, meta):
@@ -184,8 +172,8 @@ def _run_with(runs, tmp_path: Path, edit: dict, module: str, marker: Path) -> Pa
 
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
-def test_a_run_folder_naming_code_is_refused_in_one_line(runs, tmp_path, payload, capsys, case):
-    module, marker = payload
+def test_a_run_folder_naming_code_is_refused_in_one_line(runs, tmp_path, user_module, capsys, case):
+    module, marker = user_module
     edit, named = RUN_CASES[case]
     run = _run_with(runs, tmp_path, edit, module, marker)
     named = named.format(module=module)
@@ -204,8 +192,8 @@ def test_a_run_folder_naming_code_is_refused_in_one_line(runs, tmp_path, payload
     assert not marker.exists() and module not in sys.modules
 
 
-def test_trusted_a_function_in_a_class_slot_is_still_refused(runs, tmp_path, payload):
-    module, marker = payload
+def test_trusted_a_function_in_a_class_slot_is_still_refused(runs, tmp_path, user_module):
+    module, marker = user_module
     edit = RUN_CASES["peft config is os.system"][0]
     run = _run_with(runs, tmp_path, edit, module, marker)
     with pytest.raises(MtlError) as err:

@@ -220,13 +220,18 @@ def test_a_merged_export_needs_no_peft_and_gives_the_unmerged_logits(
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
+def export_naming_base(run_dir: Path, tmp_path: Path, base: Path) -> Path:
+    """A copy of the run's export whose mtl_tasks.json names `base` as its base model."""
+    export = shutil.copytree(run_dir / "export", tmp_path / "export")
+    meta = json.loads((export / "mtl_tasks.json").read_text())
+    meta["peft"]["base_model"] = str(base)
+    (export / "mtl_tasks.json").write_text(json.dumps(meta))
+    return export
+
+
 def test_an_export_whose_base_is_gone_is_one_line(trained, tmp_path):
     _, run_dir, _ = trained
-    export = tmp_path / "export"
-    shutil.copytree(run_dir / "export", export)
-    meta = json.loads((export / "mtl_tasks.json").read_text())
-    meta["peft"]["base_model"] = str(tmp_path / "moved")
-    (export / "mtl_tasks.json").write_text(json.dumps(meta))
+    export = export_naming_base(run_dir, tmp_path, tmp_path / "moved")
     with pytest.raises(MtlError) as err:
         mtl.load_model(export)
     assert str(err.value) == (
@@ -352,11 +357,8 @@ def test_an_export_on_another_base_of_the_same_shape_is_one_line(trained, tmp_pa
     """The export names its base by path: another model of the same shape put there (here: the
     export edited to name it) is refused by the digest of the base's frozen weights."""
     results, run_dir, _ = trained
-    export = shutil.copytree(run_dir / "export", tmp_path / "export")
     other = _other_base(Path(results.settings.model.name_or_path), tmp_path / "other")
-    meta = json.loads((export / "mtl_tasks.json").read_text())
-    meta["peft"]["base_model"] = str(other)
-    (export / "mtl_tasks.json").write_text(json.dumps(meta))
+    export = export_naming_base(run_dir, tmp_path, other)
     with pytest.raises(MtlError) as err:
         mtl.load_model(export)
     assert str(err.value) == (
