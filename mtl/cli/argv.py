@@ -26,20 +26,108 @@ from mtl.errors import MtlError
 NAMES_THE_FOLDER = ("output_dir=", "+output_dir=", "hydra.run.dir=", "+hydra.run.dir=")
 
 
+# Hydra's command-line flags that take a value (`--config-dir conf`, `-cd conf`, ...)
+VALUE_FLAGS = {
+    "--config-dir",
+    "-cd",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--package",
+    "-p",
+    "--cfg",
+    "-c",
+    "--experimental-rerun",
+}
+SEARCH_FLAGS = ("--config-dir", "-cd", "hydra.searchpath=", "+hydra.searchpath=")  # the user's
+
+
+def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra's flags with their values, the overrides) of a command line, each in its order:
+    Hydra reads its flags before the overrides, so the overrides are kept together after them."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-"):
+            takes = arg in VALUE_FLAGS and i + 1 < len(argv)
+            flags += argv[i : i + 1 + takes]
+            i += 1 + takes
+        else:
+            overrides.append(arg)
+            i += 1
+    return flags, overrides
+
+
 def continue_in_place(argv: list[str]) -> list[str]:
-    """`argv` with the run folder of `trainer.resume=` made the run folder (see above)."""
-    if "-m" in argv or "--multirun" in argv:
+    """`argv` with the run folder of `trainer.resume=` made the run folder (see above), the
+    run's overrides and its config folders (`recorded_search_path`) before the command's own,
+    Hydra's flags first."""
+    run = resumed_in_place(argv)
+    if run is None:
         return argv
-    resumes = [
-        a.split("=", 1)[1] for a in argv if a.startswith(("trainer.resume=", "+trainer.resume="))
-    ]
-    if not resumes or any(a.startswith(NAMES_THE_FOLDER) for a in argv):
-        return argv
-    run = run_folder(resumes[-1].strip("'\""))  # Hydra's quotes: `trainer.resume='0_a=1,b=2'`
-    if run is None:  # not a run folder or one of its checkpoints: the resume check says so
-        return argv
+    flags, overrides = split_flags(argv)
     extra = [f"hydra.run.dir='{run}'" if HYDRA_SPECIAL & set(str(run)) else f"hydra.run.dir={run}"]
-    return [*recorded_overrides(run, argv), *argv, *extra]
+    search = [] if any(a.startswith(SEARCH_FLAGS) for a in argv) else recorded_search_path(run)
+    return [*flags, *search, *recorded_overrides(run, overrides), *overrides, *extra]
+
+
+def resumed_in_place(argv: list[str]) -> Path | None:
+    """The run folder `argv` continues in place (`trainer.resume=<run or checkpoint>`, no
+    folder of its own named, no multirun); None otherwise (not a run folder or one of its
+    checkpoints: the resume check says so)."""
+    if "-m" in argv or "--multirun" in argv:
+        return None
+    overrides = split_flags(argv)[1]
+    resumes = [
+        a.split("=", 1)[1]
+        for a in overrides
+        if a.startswith(("trainer.resume=", "+trainer.resume="))
+    ]
+    if not resumes or any(a.startswith(NAMES_THE_FOLDER) for a in overrides):
+        return None
+    return run_folder(resumes[-1].strip("'\""))  # Hydra's quotes: `trainer.resume='0_a=1,b=2'`
+
+
+def started_in(argv: list[str]) -> Path | None:
+    """The folder the run that `argv` resumes in place was started in (its record's
+    `hydra.runtime.cwd`), where its relative paths (data files) and modules (`_target_`) are
+    found; None when `argv` resumes no run in place, or the folder is gone."""
+    run = resumed_in_place(argv)
+    record = _hydra_record(run) if run is not None else None
+    try:
+        folder = Path(record["hydra"]["runtime"]["cwd"])  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _hydra_record(run: Path) -> dict | None:
+    """The run's `.hydra/hydra.yaml` (None when there is none, or it cannot be read)."""
+    try:
+        record = yaml.safe_load((run / ".hydra" / "hydra.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def recorded_search_path(run: Path) -> list[str]:
+    """`hydra.searchpath=[...]` of the config folders the run was composed with beside mtl's
+    own (`--config-dir`, `hydra.searchpath`: its record's `hydra.runtime.config_sources`, as
+    absolute paths), so that a resume finds the user's task files from any folder; [] when
+    there are none, or no record of them."""
+    try:
+        sources = _hydra_record(run)["hydra"]["runtime"]["config_sources"]  # type: ignore[index]
+        folders = [
+            s["path"] for s in sources if s.get("schema") == "file" and s.get("provider") != "main"
+        ]
+    except (KeyError, TypeError, AttributeError):
+        return []
+    folders = [str(f) for f in dict.fromkeys(folders) if Path(str(f)).is_dir()]
+    if not folders:
+        return []
+    quoted = ",".join("'file://" + f.replace("'", "\\'") + "'" for f in folders)
+    return [f"hydra.searchpath=[{quoted}]"]
 
 
 def recorded_overrides(run: Path, argv: list[str]) -> list[str]:

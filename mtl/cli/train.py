@@ -36,7 +36,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from mtl.artifacts import check_writable, config_dir, write_file
 from mtl.cli import job
-from mtl.cli.argv import continue_in_place
+from mtl.cli.argv import continue_in_place, started_in
 from mtl.cli.script import one_line_errors
 from mtl.config import register_configs
 from mtl.config.checks import check_sweeper, unknown_argument
@@ -90,6 +90,10 @@ def train() -> None:
     global _in_job
     _in_job = False  # a call after one whose job failed (in-process use) composes afresh
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we report (below)
+    started = started_in(sys.argv[1:])
+    if started is not None and started != Path.cwd():  # a resume typed in another folder
+        print(f"mtl: resuming in {started}, the folder the run was started in", file=sys.stderr)
+        os.chdir(started)
     if os.getcwd() not in sys.path:  # `_target_: my_project.x` from the folder it runs in
         sys.path.insert(0, os.getcwd())
     register_configs()

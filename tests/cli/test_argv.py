@@ -131,3 +131,49 @@ def test_a_resume_calls_no_function_its_record_names(tmp_path, train_here, monke
     assert code == 2 and err.count("\n") == 1, err
     assert "loader.online.policy='os.system' is a function, not a subclass" in err
     assert not (tmp_path / "ran").exists() and not (run / "ran").exists()
+
+
+OWN_TASK = (
+    "# @package task.{name}\ntype: sequence_classification\nsource: {{path: data/rows.csv}}\n"
+    "label_names: [neg, pos]\nbatch_size: 8\nmax_length: 16\n"
+)
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        [],  # as the stop line prints it
+        ["--config-dir", "conf"],  # as Hydra users type it, before ...
+        ["-cd", "conf", "trainer.epochs=1"],
+        ["trainer.epochs=1", "--config-dir", "conf"],  # ... or after the overrides
+    ],
+    ids=["as printed", "--config-dir before", "-cd before", "--config-dir after"],
+)
+def test_a_run_of_ones_own_tasks_resumes_as_the_stop_line_says(
+    tmp_path, train_here, monkeypatch, typed
+):
+    """Tasks of one's own in `conf/task/` of one's own folder (`--config-dir conf`): the run's
+    record holds its config folders and the folder it started in, so `trainer.resume=<run>` as
+    the stop line prints it continues the run, typed in that folder or in another one."""
+    project = tmp_path / "project"
+    (project / "conf" / "task").mkdir(parents=True)
+    (project / "data").mkdir()
+    rows = [f"{'good fine' if i % 2 else 'bad poor'} row {i},{i % 2}" for i in range(48)]
+    (project / "data" / "rows.csv").write_text("\n".join(["text,label", *rows]) + "\n")
+    for name in ("my_reviews", "my_tags"):
+        (project / "conf" / "task" / f"{name}.yaml").write_text(OWN_TASK.format(name=name))
+    monkeypatch.chdir(project)
+    run = project / "outputs" / "mine"
+    args = ["--config-dir", "conf", "debug=fast", "task=[my_reviews,my_tags]"]
+    code, err = train_here(*args, "trainer.max_steps=2", f"hydra.run.dir={run}")
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, err = train_here(*typed, f"trainer.resume={run}", "trainer.max_steps=4")
+    assert code == 0, err
+    assert f"mtl: resuming in {project}, the folder the run was started in" in err
+    assert "(resuming at step 2)" in err
+    steps = [json.loads(line).get("step") for line in (run / "metrics.jsonl").open()]
+    assert max(s for s in steps if s is not None) == 4
+    assert not (elsewhere / "outputs").exists()
