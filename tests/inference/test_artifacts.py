@@ -184,32 +184,6 @@ def test_export_bad_arguments_are_one_line(run_dir, tmp_path, monkeypatch, capsy
 
 # -- loading runs only mtl's own code -------------------------------------------------------------
 
-MODULE = """
-from pathlib import Path
-from mtl.models.heads import SequenceClassificationHead
-Path({marker!r}).write_text("imported")
-
-def boom(*args, **kwargs):
-    Path({marker!r}).write_text("called")
-
-class UserHead(SequenceClassificationHead):
-    def __init__(self, *args, **kwargs):
-        Path({marker!r}).write_text("built")
-        super().__init__(*args, **kwargs)
-"""
-
-
-@pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    """(module name, marker file): a module on sys.path that records being imported or called."""
-    name = f"user_code_{tmp_path.name[-12:].replace('-', '_')}"
-    marker = tmp_path / "marker"
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / f"{name}.py").write_text(MODULE.format(marker=str(marker)))
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    yield name, marker
-    sys.modules.pop(name, None)
-
 
 def edited_export(run_dir: Path, out: Path, edit) -> Path:
     shutil.copytree(run_dir / "export", out)

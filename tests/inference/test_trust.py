@@ -25,7 +25,7 @@ from mtl.artifacts import digests_of
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.errors import MtlError
-from tests.inference.test_artifacts import listing, one_line_error, user_module  # noqa: F401
+from tests.inference.test_artifacts import listing, one_line_error
 
 pytest.importorskip("peft")
 
