@@ -23,6 +23,7 @@ from mtl.cli.script import one_line_errors
 from mtl.config import validate
 from mtl.inference.export import write_export
 from mtl.inference.predict import predict_unlabeled
+from mtl.reporting.sweep import in_multirun
 from mtl.training.loop import run
 from mtl.training.state import RunResults, StopReason
 
@@ -31,8 +32,13 @@ from mtl.training.state import RunResults, StopReason
 def main(cfg: DictConfig, hooks: Iterable = ()) -> float:
     """Train as `cfg` says (with `hooks`) and return the best value of `trainer.monitor`; exit
     with status 2 and one line on stderr for bad input (an error every rank raised alike: once,
-    by rank 0)."""
-    return train(cfg, hooks).best_value
+    by rank 0), and with 128 + the signal's number for a run a signal stopped (`exit_status`:
+    130 for Ctrl-C, 143 for SIGTERM), so that `mtl-train ... && mtl-export ...` goes on only
+    after a run that ended."""
+    results = train(cfg, hooks)
+    if results.exit_status and not in_multirun():  # a sweep's summary lists the job STOPPED
+        sys.exit(results.exit_status)
+    return results.best_value
 
 
 def train(cfg: DictConfig, hooks: Iterable = ()) -> RunResults:

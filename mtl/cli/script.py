@@ -65,8 +65,8 @@ class _OneLineErrors(ContextDecorator):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
             sys.exit(0)
         if isinstance(err, KeyboardInterrupt):
-            if env_rank() == 0:
-                print(INTERRUPTED, file=sys.stderr)
+            if env_rank() == 0:  # a training's says what it resumes from
+                print(err.args[0] if err.args else INTERRUPTED, file=sys.stderr)
             sys.exit(130)
         if isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS:  # a write of no helper
             err = MtlError(f"{err.filename or 'a write'}: no space left on its disk; {NO_ROOM}")

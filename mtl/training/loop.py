@@ -35,12 +35,14 @@ import json
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mtl.artifacts import write_file
+from mtl.artifacts import resume_override, write_file
 from mtl.batching import to_device
 from mtl.builders.model import build_model
+from mtl.builders.weights import earlier_checkpoint
 from mtl.config import Settings, validate
 from mtl.errors import MtlError
 from mtl.quiet import quiet_libraries
@@ -109,8 +111,11 @@ class Training:
         self.run.model.train()
         self.hooks.call("on_train_start", self.run, self.progress)
         with StopSignal() as self.signal:
-            while not self.stopped():
-                self.train_epoch()
+            try:
+                while not self.stopped():
+                    self.train_epoch()
+            except KeyboardInterrupt:  # a second Ctrl-C: what is on disk to resume from
+                raise KeyboardInterrupt(interrupted_line(self.run.run_dir)) from None
         return self.finish()
 
     def stopped(self) -> bool:
@@ -304,11 +309,27 @@ class Training:
         return RunResults(
             run.run_dir, self.state.step, p.stop, t.monitor, t.monitor_mode, p.last_eval,
             self.state.best_step, self.state.best, test,
+            signal=self.signal.agreed if self.signal is not None else 0,
             model=None if p.stop is StopReason.SIGNAL else full_model(
                 run.accelerator, run.model, lambda: build_model(run.settings, run.tasks)),
             tokenizer=run.tokenizer, tasks=run.tasks, settings=run.settings,
             accelerator=run.accelerator,
         )  # fmt: skip
+
+
+def interrupted_line(run_dir: Path) -> str:
+    """The line a run stopped at once (a second Ctrl-C) ends with: the checkpoint it resumes
+    from, or that it has none yet."""
+    latest = earlier_checkpoint(Path(run_dir) / "checkpoints")
+    if latest is None:
+        return (
+            "mtl: stopped (Ctrl-C) before the run's first checkpoint: nothing to resume; run "
+            "the same command again to start it over"
+        )
+    return (
+        f"mtl: stopped (Ctrl-C); the run resumes from its checkpoint {latest.name} with "
+        f"{resume_override(run_dir)}"
+    )
 
 
 def accumulation(index: int, epoch_len: int, grad_accum: int) -> tuple[bool, int]:

@@ -149,11 +149,19 @@ class RunResults:
     best_step: int | None
     best: dict[str, float]
     test: dict[str, float]
+    signal: int = 0  # the signal that stopped the run (0: none)
     model: Any = None
     tokenizer: Any = None
     tasks: dict = field(default_factory=dict)
     settings: Any = None
     accelerator: Any = None
+
+    @property
+    def exit_status(self) -> int:
+        """The command's exit status: 0 for a run that ended (its steps or epochs done, early
+        stopping), 128 + the signal's number for one a signal stopped with a checkpoint to
+        resume (130 Ctrl-C, 143 SIGTERM, 138 SIGUSR1), as a shell reports a process it ended."""
+        return 128 + self.signal if self.stop is StopReason.SIGNAL and self.signal else 0
 
     @property
     def best_value(self) -> float:

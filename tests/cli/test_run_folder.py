@@ -80,7 +80,7 @@ def test_ctrl_c_then_resume_alone_ends_bit_equal(tmp_path, train_here, monkeypat
             lambda *args: [*configured(*args), SignalAt(step)],
         )
         code, err = train_here(*options, f"hydra.run.dir={part}")
-    assert code == 0 and "received SIGINT" in err and "Traceback" not in err
+    assert code == 130 and "received SIGINT" in err and "Traceback" not in err
     assert not (part / "results.json").exists()
     code, err = train_here(f"trainer.resume={part}")
     assert code == 0, err[-2000:]

@@ -273,7 +273,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes_the_same_stream(make_cfg, tmp_p
     run(make_cfg(*common, output_dir=full))
     part = tmp_path / "part"
     stopped = train(make_cfg(*common, output_dir=part), hooks=[SignalAt(7)])
-    assert stopped.stop == "signal" and stopped.step == 7
+    assert stopped.stop == "signal" and stopped.step == 7 and stopped.exit_status == 143
     lines = [line for line in capsys.readouterr().err.splitlines() if "SIGTERM" in line]
     assert lines == [
         f"mtl: received SIGTERM: saving a checkpoint at step 7 and stopping; "
@@ -301,6 +301,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_resume_ends_bit_equal(make_cfg, tmp_p
     part, step = tmp_path / "part", random.randrange(1, 12)
     stopped = train(make_cfg(*common, output_dir=part), hooks=[SignalAt(step, signal.SIGINT)])
     assert (stopped.stop, stopped.step) == ("signal", step)
+    assert stopped.exit_status == 130  # what mtl-train exits with: a run to resume, not done
     err = capsys.readouterr().err
     assert "mtl: Ctrl-C: stopping after this step with a checkpoint" in err
     assert (
@@ -330,10 +331,25 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(make_cfg, tmp_path, capsys):
     assert stop.value.code == 130
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (
-        "mtl: stopped (Ctrl-C); a training resumes from its last checkpoint with "
-        "trainer.resume=<its run folder>"
+        "mtl: stopped (Ctrl-C); the run resumes from its checkpoint step_0000004 with "
+        f"trainer.resume={tmp_path / 'run'}"
     )
     assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*")] == ["step_0000004"]
+
+
+def test_a_second_ctrl_c_before_any_checkpoint_says_there_is_none(make_cfg, tmp_path, capsys):
+    from mtl.cli.job import train
+    from mtl.cli.script import one_line_errors
+
+    cfg = make_cfg("trainer.max_steps=12", "trainer.epochs=20")
+    with pytest.raises(SystemExit) as stop, one_line_errors:
+        train(cfg, hooks=[SignalAt(3, signal.SIGINT, times=2)])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "mtl: stopped (Ctrl-C) before the run's first checkpoint: nothing to resume; run the "
+        "same command again to start it over"
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("minutes", ["null", "1e-9"])
