@@ -110,3 +110,12 @@ def test_option_values_are_read_as_training_reads_them(dry_run, options, shares)
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines()[-2:]]
     assert [row[3] for row in rows] == shares
+
+
+def test_under_online_mixing_it_says_the_plan_moves(dry_run):
+    result = dry_run("random", "a=4", "b=3", "loader.online={policy: exp3, update_every: 2}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "(loader.online: the plan the run starts from; every 2 optimizer steps the policy's "
+        "weights redraw the rest of the epoch)"
+    )

@@ -60,4 +60,10 @@ def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any)
         lines.append(
             f"{task:<{width}}  {n:>9}  {count:>9}  {count / total:>6.1%}  {count / n:>7.2f}"
         )
+    online = getattr(loader, "online", None)
+    if online is not None:
+        lines.append(
+            f"(loader.online: the plan the run starts from; every {online.update_every} "
+            "optimizer steps the policy's weights redraw the rest of the epoch)"
+        )
     return "\n".join(lines)

@@ -8,19 +8,25 @@ evaluation). The policy returns the next weights; the loader draws the rest of t
 them (`RandomLoader`), so `len()` stays exact and a capped task still gets no more than its cap.
 
 A policy is any object with `update(figures, weights) -> {task: weight}` (`weights`: the ones
-in force, normalised); `state_dict()`/`load_state_dict()` where it keeps state, which the
-checkpoint holds; `shown() -> {task: number}` where it has a figure per task to log
-(`mix_policy/<task>`); `reads_dev = True` where it reads "dev" (the run must then evaluate
-during training). Built in:
+in force, normalised); `use_prior(prior)` where it takes the configured mixture as its prior
+(`prior`: the weighting's weights, normalised; called once, before the first update);
+`state_dict()`/`load_state_dict()` where it keeps state, which the checkpoint holds;
+`shown() -> {task: number}` where it has a figure per task to log (`mix_policy/<task>`);
+`reads_dev = True` where it reads "dev" (the run must then evaluate during training).
+
+The run starts from the configured mixture (`loader.weighting`, its weights `p`), and each
+built-in policy keeps it as its prior, so that equal figures give the configured weights back
+(a uniform `p` gives each policy's textbook form):
 
 - `exp3` (online data mixing, Albalak et al. 2023): an EXP3 bandit whose reward is each task's
   training loss. Per update t (1, 2, ...): for each task i with a loss, `R_i <- smoothing * R_i +
   (1 - smoothing) * loss_i / w_i` (importance-weighted by the weight it was drawn with); then
   `eps = exploration` (or `min(1/K, sqrt(ln K / (K t)))` when not given) and
-  `w = (1 - K eps) * softmax(eps * R) + eps`.
-- `loss_softmax`: `w = softmax(loss / temperature)` over each task's latest training loss.
-- `dev_gap`: `w_i ~ max(target_i - dev_i, 0) + floor`, with `target` per task or, where none is
-  given, the task's best dev figure so far; no weight moves before the first evaluation.
+  `w_i = (1 - K eps) * p_i exp(eps R_i) / sum_j p_j exp(eps R_j) + K eps p_i`: exploration mixes
+  toward the configured weights.
+- `loss_softmax`: `w_i ~ p_i exp(loss_i / temperature)` over each task's latest training loss.
+- `dev_gap`: `w_i ~ p_i (max(target_i - dev_i, 0) + floor)`, with `target` per task or, where
+  none is given, the task's best dev figure so far; no weight moves before the first evaluation.
 
 Losses of different task types differ in scale (a regression's squared error against a
 cross-entropy): exp3 and loss_softmax reward the larger one; `dev_gap` compares dev figures.
@@ -34,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from mtl.errors import BadState, MtlError, did_you_mean, import_target
+from mtl.errors import MtlError, did_you_mean, import_target
+from mtl.loaders.online_state import finite_figures, number, state_count
 
 Figures = Mapping[str, Mapping[str, float]]
 
@@ -47,85 +54,32 @@ def _positive(value: Any, key: str, *, zero: bool = False) -> float:
     return float(value)
 
 
-def finite_figures(state: Any, key: str) -> dict[str, float]:
-    """`state[key]` as {task: finite number}; `BadState` naming the key otherwise."""
-    value = state.get(key) if isinstance(state, Mapping) else None
-    if not isinstance(value, Mapping):
-        raise BadState(f"the policy's {key} are {value!r}, not {{task: number}}")
-    out = {}
-    for name, figure in value.items():
-        if not _number(figure) or not math.isfinite(figure):
-            raise BadState(f"the policy's {key} for task {name!r} is {figure!r}, not a number")
-        out[str(name)] = float(figure)
-    return out
-
-
-def state_count(state: Any, key: str) -> int:
-    """`state[key]` as an integer >= 0; `BadState` naming the key otherwise."""
-    value = state.get(key) if isinstance(state, Mapping) else None
-    if not _integer(value) or value < 0:
-        raise BadState(f"{key} is {value!r}, not an integer >= 0")
-    return int(value)
-
-
-def checked_state(state: Any, n: int, slots: int) -> tuple[np.ndarray, int, dict[str, Any]]:
-    """(weights, updates, plan) of `OnlineMixing.state_dict`'s `state` for `n` tasks and epochs
-    of `slots` slots, checked for type, shape and range (`BadState` naming what is wrong):
-    weights of every task, finite, >= 0 and summing to 1; the plan's updates inside the epoch,
-    in order, numbered within the run's count."""
-    if not isinstance(state, Mapping):
-        raise BadState(f"the state is {type(state).__name__}, not a mapping")
-    weights = np.array(_weights(state.get("weights"), n, "weights"))
-    updates = state_count(state, "updates")
-    plan = state.get("plan")
-    if not isinstance(plan, Mapping) or not isinstance(plan.get("updates"), list):
-        raise BadState(f"the plan is {plan!r}, not {{epoch, start, updates}}")
-    epoch = plan.get("epoch")
-    if not _integer(epoch) or epoch < -1:
-        raise BadState(f"the plan's epoch is {epoch!r}, not an integer >= -1")
-    start = plan.get("start")
-    start = [] if epoch < 0 and start == [] else _weights(start, n, "start weights")
-    events, last = [], (0, 0)
-    for event in plan["updates"]:
-        if not isinstance(event, (list, tuple)) or len(event) != 3:
-            raise BadState(f"an update of the plan is {event!r}, not [slot, number, weights]")
-        at, index = event[0], event[1]
-        ok = _integer(at) and _integer(index)
-        if not (ok and last[0] <= at < slots and 0 < at and last[1] < index <= updates):
-            raise BadState(
-                f"an update of the plan is at slot {at!r}, number {index!r}; the epoch has "
-                f"{slots} slots and the run {updates} updates, each later than the one before"
-            )
-        events.append([int(at), int(index), _weights(event[2], n, "update's weights")])
-        last = (at, index)
-    return weights, updates, {"epoch": int(epoch), "start": start, "updates": events}
-
-
-def _weights(value: Any, n: int, what: str) -> list[float]:
-    """`value` as the weights of `n` tasks, finite, >= 0 and summing to 1 (as `checked_weights`
-    makes them), or `BadState` naming `what`."""
-    ok = isinstance(value, (list, tuple)) and len(value) == n and all(map(_number, value))
-    if ok:
-        ok = all(math.isfinite(v) and v >= 0 for v in value) and abs(sum(value) - 1) < 1e-6
-    if not ok:
-        raise BadState(f"the {what} are {value!r}, not {n} numbers >= 0 summing to 1")
-    return [float(v) for v in value]
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def softmax(scores: np.ndarray) -> np.ndarray:
+def softmax(scores: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
+    """`prior_i exp(scores_i)`, normalised (a uniform prior without one)."""
     soft = np.exp(scores - scores.max())
+    if prior is not None:
+        soft = soft * prior
     return soft / soft.sum()
 
 
-class Exp3:
+class Prior:
+    """The configured mixture a built-in policy keeps as its prior (`use_prior`): uniform until
+    it is given."""
+
+    prior: dict[str, float] | None = None
+
+    def use_prior(self, prior: Mapping[str, float]) -> None:
+        self.prior = {str(n): float(w) for n, w in prior.items()}
+
+    def prior_of(self, names: Sequence[str]) -> np.ndarray:
+        """The prior of `names`, normalised (uniform without one)."""
+        if self.prior is None:
+            return np.full(len(names), 1 / len(names))
+        p = np.array([self.prior.get(n, 0.0) for n in names])
+        return p / p.sum()
+
+
+class Exp3(Prior):
     """EXP3 over the tasks, rewarded by their training losses (see the module docstring)."""
 
     def __init__(self, exploration: float | None = None, smoothing: float = 0.9):
@@ -163,8 +117,10 @@ class Exp3:
             raise MtlError(
                 f"loader.online.exploration: got {eps}; with {k} tasks give at most 1/{k}"
             )
-        soft = softmax(np.array([eps * self.rewards.get(n, 0.0) for n in names]))
-        return {n: float((1 - k * eps) * s + eps) for n, s in zip(names, soft, strict=True)}
+        p = self.prior_of(names)
+        soft = softmax(np.array([eps * self.rewards.get(n, 0.0) for n in names]), p)
+        w = (1 - k * eps) * soft + k * eps * p
+        return {n: float(v) for n, v in zip(names, w, strict=True)}
 
     def shown(self) -> dict[str, float]:
         """Logged as `mix_policy/<task>`: each task's smoothed reward."""
@@ -178,8 +134,8 @@ class Exp3:
         self.updates = state_count(state, "updates")
 
 
-class LossSoftmax:
-    """`softmax(loss / temperature)` over each task's latest training loss."""
+class LossSoftmax(Prior):
+    """`w_i ~ p_i exp(loss_i / temperature)` over each task's latest training loss."""
 
     def __init__(self, temperature: float = 1.0):
         self.temperature = _positive(temperature, "temperature")
@@ -193,7 +149,8 @@ class LossSoftmax:
         if not self.losses:
             return dict(weights)
         fill = float(np.mean(list(self.losses.values())))  # a task not seen yet: the mean
-        soft = softmax(np.array([self.losses.get(n, fill) / self.temperature for n in weights]))
+        scores = np.array([self.losses.get(n, fill) / self.temperature for n in weights])
+        soft = softmax(scores, self.prior_of(list(weights)))
         return {n: float(s) for n, s in zip(weights, soft, strict=True)}
 
     def shown(self) -> dict[str, float]:
@@ -207,8 +164,9 @@ class LossSoftmax:
         self.losses = finite_figures(state, "losses")
 
 
-class DevGap:
-    """`w_i ~ max(target_i - dev_i, 0) + floor` (target: given, or the task's best so far)."""
+class DevGap(Prior):
+    """`w_i ~ p_i (max(target_i - dev_i, 0) + floor)` (target: given, or the task's best so
+    far)."""
 
     reads_dev = True  # the run must evaluate during training (trainer.eval_every)
 
@@ -240,8 +198,9 @@ class DevGap:
             target = self.target.get(name, self.best[name])
             gaps[name] = max(target - devs[name], 0.0)
         self.gaps = gaps
-        total = sum(gaps.values()) + self.floor * len(gaps)
-        return {n: (g + self.floor) / total for n, g in gaps.items()}
+        p = dict(zip(gaps, self.prior_of(list(gaps)), strict=True))
+        total = sum(p[n] * (g + self.floor) for n, g in gaps.items())
+        return {n: p[n] * (g + self.floor) / total for n, g in gaps.items()}
 
     def shown(self) -> dict[str, float]:
         """Logged as `mix_policy/<task>`: each task's gap at the latest update."""
@@ -299,7 +258,7 @@ def checked_weights(weights: Any, names: Sequence[str], step: int, policy: Any) 
     for i, name in enumerate(names):
         value = weights[name]
         try:
-            out[i] = float(value) if _number(value) else math.nan
+            out[i] = float(value) if number(value) else math.nan
         except OverflowError:
             out[i] = math.inf
         if not math.isfinite(out[i]) or out[i] < 0:

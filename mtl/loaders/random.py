@@ -10,7 +10,8 @@ import numpy as np
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
 from mtl.loaders.mixture import Mixture, fill
-from mtl.loaders.online import build_policy, checked_state, checked_weights
+from mtl.loaders.online import build_policy, checked_weights
+from mtl.loaders.online_state import checked_state
 
 
 class WeightedLoader(CompositeLoader):
@@ -303,8 +304,10 @@ class OnlineMixing:
         self.policy = build_policy(online["policy"], online.get("options"))
         if callable(getattr(self.policy, "check_tasks", None)):
             self.policy.check_tasks(loader.names)
-        self.weights = loader.mixture.weights(0)
+        self.weights = loader.mixture.weights(0)  # the run starts from the configured mixture
         self.included = (self.weights > 0).astype(float)  # weight 0 leaves a task out
+        if callable(getattr(self.policy, "use_prior", None)):  # ... and the policy keeps it
+            self.policy.use_prior(dict(zip(loader.names, self.weights.tolist(), strict=True)))
         self.updates = 0
         self.plan: dict[str, Any] = {"epoch": -1, "start": [], "updates": []}
         self.drawn: tuple | None = None  # (epoch, its steps, updates applied) under way

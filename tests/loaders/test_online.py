@@ -337,3 +337,47 @@ def test_a_saved_state_out_of_range_is_refused_naming_it(edit, says):
     with pytest.raises(BadState) as err:
         fresh.load_state_dict(state)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_exp3_keeps_the_configured_mixture_as_its_prior():
+    """w_i = (1 - K eps) p_i exp(eps R_i) / sum_j p_j exp(eps R_j) + K eps p_i: equal rewards
+    give the prior back, and exploration mixes toward it, not toward uniform."""
+    policy = Exp3(exploration=0.1, smoothing=0.5)
+    policy.use_prior({"a": 9.0, "b": 1.0})
+    w = policy.update({}, {"a": 0.9, "b": 0.1})  # no losses yet: rewards equal (0)
+    assert [w["a"], w["b"]] == pytest.approx([0.9, 0.1])
+    w2 = policy.update({"a": {"loss": 2.0}, "b": {"loss": 1.0}}, w)
+    r_a, r_b = 0.5 * 2.0 / 0.9, 0.5 * 1.0 / 0.1
+    e_a, e_b = 0.9 * math.exp(0.1 * r_a), 0.1 * math.exp(0.1 * r_b)
+    want = [0.8 * e_a / (e_a + e_b) + 0.2 * 0.9, 0.8 * e_b / (e_a + e_b) + 0.2 * 0.1]
+    assert [w2["a"], w2["b"]] == pytest.approx(want)
+
+
+def test_loss_softmax_and_dev_gap_scale_the_configured_weights():
+    soft = LossSoftmax(temperature=0.5)
+    soft.use_prior({"a": 0.75, "b": 0.25})
+    w = soft.update({"a": {"loss": 1.0}, "b": {"loss": 2.0}}, {"a": 0.75, "b": 0.25})
+    e_a, e_b = 0.75 * math.exp(2.0), 0.25 * math.exp(4.0)
+    assert [w["a"], w["b"]] == pytest.approx([e_a / (e_a + e_b), e_b / (e_a + e_b)])
+    gap = DevGap(target={"a": 0.9, "b": 0.9}, floor=0.1)
+    gap.use_prior({"a": 0.75, "b": 0.25})
+    w = gap.update({"a": {"dev": 0.5}, "b": {"dev": 0.7}}, {"a": 0.75, "b": 0.25})
+    u_a, u_b = 0.75 * (0.4 + 0.1), 0.25 * (0.2 + 0.1)
+    assert [w["a"], w["b"]] == pytest.approx([u_a / (u_a + u_b), u_b / (u_a + u_b)])
+
+
+@pytest.mark.parametrize(
+    "weighting", [{"a": 9, "b": 1}, "temperature"], ids=["as given", "temperature"]
+)
+def test_the_run_starts_from_the_configured_mixture_and_the_policy_keeps_it(weighting):
+    """loader.weighting's weights start the run, and an update on equal figures keeps them
+    (before, exp3's first update went to 0.5 / 0.5 and stayed there)."""
+    online = {"policy": "exp3", "update_every": 1, "options": {"exploration": 0.2}}
+    tasks = {"a": range(40), "b": range(5)}
+    loader = RandomLoader(tasks, online=online, weighting=weighting, steps_per_epoch=20)
+    start = loader.mix_weights()
+    assert start["a"] > 0.7  # 0.9, or 40^(1/2) : 5^(1/2)
+    it = iter(loader)
+    next(it)
+    loader.update_mixture({}, 1)  # no losses: nothing to move the weights
+    assert loader.mix_weights() == pytest.approx(start)
