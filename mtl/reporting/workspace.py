@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from mtl.config import flat
+from mtl.config.checks import has_wandb_credentials
 from mtl.errors import MtlError
 from mtl.task_types import metric_directions, task_type_class
 from mtl.training.diagnostics import diagnostic_keys
@@ -287,11 +288,25 @@ def folder_spec(
 
 
 def save_workspace(spec: dict) -> str:
-    """Save the spec as a new view of its W&B project (`wandb-workspaces`); its URL."""
+    """Save the spec as a new view of its W&B project (`wandb-workspaces`); its URL. Without W&B
+    credentials, or when W&B refuses the save, one line saying what to do."""
+    if not has_wandb_credentials():
+        raise MtlError(
+            "saving a workspace to W&B needs your W&B credentials: run `wandb login` (or set "
+            "WANDB_API_KEY), or give dry_run=true to print the workspace's spec instead"
+        )
     try:
         workspace = build_workspace(spec)
     except ImportError:
         raise MtlError(
             "saving a workspace needs wandb-workspaces: pip install 'mtl-train[dashboards]'"
         ) from None
-    return workspace.save().url
+    try:
+        return workspace.save().url
+    except Exception as err:  # wandb's: a key it refuses, no network, no such entity or project
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise MtlError(
+            f"W&B refused to save the workspace of {spec.get('entity')}/{spec.get('project')} "
+            f"({type(err).__name__}: {detail}); check `wandb login`, the entity and the project, "
+            "or give dry_run=true"
+        ) from None

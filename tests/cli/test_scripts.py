@@ -202,3 +202,36 @@ def test_help_into_a_pipe_closed_early_ends_quietly():
     proc.stdout.close()  # as `head` does once it has its lines
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err[-2000:]
+
+
+def test_mtl_workspace_without_wandb_credentials_is_one_line(capsys, monkeypatch, tmp_path):
+    """As typed without `wandb login`: one line naming what to do (rc 2), not wandb's
+    28-line traceback; dry_run=true still prints the spec."""
+    from mtl.cli.workspace import main
+
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = ["entity=me", "project=mtl", "tasks=[a,b]"]
+    assert one_line(capsys, lambda: main(args)) == (
+        "mtl: error: saving a workspace to W&B needs your W&B credentials: run `wandb login` "
+        "(or set WANDB_API_KEY), or give dry_run=true to print the workspace's spec instead\n"
+    )
+    main([*args, "dry_run=true"])
+    assert '"entity": "me"' in capsys.readouterr().out
+
+
+def test_mtl_workspace_that_wandb_refuses_is_one_line(capsys, monkeypatch):
+    from mtl.cli.workspace import main
+    from mtl.reporting import workspace
+
+    class Refused:
+        def save(self):
+            raise RuntimeError("api_key not configured (no-tty)\nmore lines of wandb's")
+
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setattr(workspace, "build_workspace", lambda spec: Refused())
+    line = one_line(capsys, lambda: main(["entity=me", "project=mtl", "tasks=[a]"]))
+    assert line.startswith("mtl: error: W&B refused to save the workspace of me/mtl (RuntimeError")
+    assert line.endswith("check `wandb login`, the entity and the project, or give dry_run=true\n")
