@@ -89,7 +89,10 @@ class Training:
         self.state, self.hooks = progress.state, run.hooks
         self.signal: StopSignal | None = None
         self.last_saved = time.monotonic()  # when the last checkpoint was saved (or the start)
-        self.window = Window(list(run.tasks), run.accelerator.device, self.state.step + 1)
+        acc = run.accelerator
+        self.window = Window(list(run.tasks), acc.device, self.state.step + 1, acc.num_processes)
+        if self.state.window is not None:  # resumed: the window the checkpoint held
+            self.window.load(self.state.window, acc.process_index)
         max_norm = run.settings.trainer.max_grad_norm
         self.step = Step(
             run.model, run.balancer, run.optimizer, run.scheduler, run.accelerator, max_norm
@@ -97,7 +100,6 @@ class Training:
         self.online = getattr(run.loader, "online", None)  # `loader.online`: its own window
         self.mixing = None
         if self.online is not None:
-            acc = run.accelerator
             self.mixing = Window(
                 list(run.tasks), acc.device, self.state.step + 1, acc.num_processes
             )
@@ -201,6 +203,7 @@ class Training:
         """Save the step's checkpoint, with the number of metrics.jsonl rows written so far."""
         run = self.run
         self.state.metrics_rows = run.logger.rows
+        self.state.window = self.window.state(run.accelerator)
         if self.mixing is not None:
             self.state.mixing = self.mixing.state(run.accelerator)
         keep = run.settings.trainer.keep_last

@@ -17,9 +17,11 @@ from mtl.errors import BadState
 
 class TrainState:
     """Counters saved with each checkpoint (accelerate's `register_for_checkpointing`): steps,
-    epochs, task shares, the rows of metrics.jsonl, and the best evaluation so far
+    epochs, task shares, the rows of metrics.jsonl, the best evaluation so far
     (`trainer.monitor`: its step and figures, and evaluations since, for `trainer.patience`), so
-    that a resumed run picks the same best model and stops early at the same step."""
+    that a resumed run picks the same best model and stops early at the same step, and the
+    logged window under way (`window`: its sums since the last row), so that the row whose
+    window spans a stop is the uninterrupted run's."""
 
     def __init__(self, tasks: list[str]):
         self.step = 0  # optimizer steps done
@@ -30,6 +32,7 @@ class TrainState:
         self.best: dict[str, float] = {}
         self.evals_since_best = 0
         self.mixing: dict | None = None  # `loader.online`: the policy's window at the checkpoint
+        self.window: dict | None = None  # the logged window at the checkpoint
 
     def state_dict(self) -> dict:
         return {
@@ -41,6 +44,7 @@ class TrainState:
             "best": dict(self.best),
             "evals_since_best": self.evals_since_best,
             "mixing": self.mixing,
+            "window": self.window,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -62,27 +66,31 @@ class TrainState:
         mixing = state.get("mixing")  # absent before loader.online
         if mixing is not None:
             check_window(mixing, n)
+        window = state.get("window")  # absent in checkpoints of older runs
+        if window is not None:
+            check_window(window, n, "logged")
         self.step, self.epoch = state["step"], state["epoch"]
         self.share_totals = torch.tensor(totals, dtype=torch.float64)
         self.metrics_rows = state["metrics_rows"]
         self.best_step = state["best_step"]
         self.best = dict(best)
         self.evals_since_best = state["evals_since_best"]
-        self.mixing = mixing
+        self.mixing, self.window = mixing, window
 
 
-def check_window(window: Any, n: int) -> None:
-    """`BadState` unless `window` is the online-mixing window `Window.state` saves for `n` tasks:
-    each process's loss sums (n x [sum, count]) and counts (n tasks' rows, then sequences, real
-    and padded tokens), finite and (counts) >= 0, and the step it began at."""
+def check_window(window: Any, n: int, which: str = "online-mixing") -> None:
+    """`BadState` unless `window` is a window `Window.state` saves for `n` tasks (`which`: the
+    online-mixing or the logged one): each process's loss sums (n x [sum, count]) and counts (n
+    tasks' rows, then sequences, real and padded tokens), finite and (counts) >= 0, and the step
+    it began at."""
     if not isinstance(window, dict):
-        raise BadState(f"the online-mixing window is {window!r}, not a mapping")
+        raise BadState(f"the {which} window is {window!r}, not a mapping")
     sums, counts, first = window.get("loss_sums"), window.get("counts"), window.get("first_step")
     ok = isinstance(sums, list) and isinstance(counts, list) and len(sums) == len(counts) > 0
     ok = ok and all(_numbers(s, 2 * n, _anything) for s in sums)  # a NaN loss: the window says so
     if not (ok and all(_numbers(c, n + 3) for c in counts) and _count(first)):
         raise BadState(
-            f"the online-mixing window is not one mtl saves for {n} tasks (loss_sums "
+            f"the {which} window is not one mtl saves for {n} tasks (loss_sums "
             f"{str(sums)[:60]}, counts {str(counts)[:60]}, first_step {first!r})"
         )
 

@@ -637,3 +637,32 @@ def test_the_libraries_are_quiet_while_a_run_trains_and_as_before_after(make_cfg
         assert hf_logging.get_verbosity() == hf_logging.INFO
     finally:
         hf_logging.set_verbosity(before)
+
+
+WALL_CLOCK = {"tokens_per_s", "examples_per_s"}  # the only figures that depend on the clock
+
+
+@pytest.mark.parametrize("step", [7, 10])  # mid-window, and at a window's end
+def test_a_run_stopped_and_resumed_writes_the_uninterrupted_runs_rows(make_cfg, tmp_path, step):
+    """The logged window under way is in the checkpoint: the row whose window spans the stop
+    (steps 6-10 when stopped at 7) is the uninterrupted run's, and so is the whole
+    metrics.jsonl, wall-clock figures aside."""
+    from mtl.cli.job import train
+
+    common = ["task=[synthetic_cls,synthetic_tag]", "loader=random", "trainer.max_steps=15"]
+    common += ["trainer.epochs=20", "trainer.log_every=5", "trainer.eval_every=5"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(make_cfg(*common, output_dir=full))
+    stopped = train(make_cfg(*common, output_dir=part), hooks=[SignalAt(step)])
+    assert stopped.step == step
+    run(make_cfg(*common, f"trainer.resume={part}", output_dir=part))
+
+    def rows(run_dir: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir)]
+
+    want, got = rows(full), rows(part)
+    assert [r.get("step") for r in got] == [r.get("step") for r in want]
+    for expected, resumed in zip(want, got, strict=True):
+        assert resumed.keys() == expected.keys()
+        for key, value in expected.items():
+            assert resumed[key] == pytest.approx(value, rel=1e-6, abs=1e-7), (resumed["step"], key)
