@@ -198,7 +198,7 @@ CASES = [
     (["loader.weighting=temperature", "loader.temperature=-1"], ["temperature: got -1"]),
     (
         ["loader.stages=[{until:0.75},{until:0.25},{}]"],
-        ["stages[1].until: 1 does not come after 3"],
+        ["stages[1].until: 0.25 (step 1) does not come after 0.75 (step 3)"],
     ),
     (["loader.stages=[{until:100000},{}]"], ["past the run's end"]),
     (["loader.max_passes=0"], ["max_passes: task", "use a number of passes > 0"]),

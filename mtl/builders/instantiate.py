@@ -33,7 +33,8 @@ def build_call(factory, group: str, *args, **kwargs):
 
 
 def _one_line(cause: BaseException, group: str) -> MtlError:
-    if isinstance(cause, MtlError):
-        return MtlError(f"{group}: {cause}")
+    if isinstance(cause, MtlError):  # named already (`loader.online.policy: ...`): once
+        text = str(cause)
+        return MtlError(text if text.startswith(f"{group}.") else f"{group}: {text}")
     detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
     return MtlError(f"{group}: {detail}; see conf/{group}/ for the options")

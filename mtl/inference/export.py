@@ -237,6 +237,29 @@ def write_export(
         trained.train(was_training)
 
 
+ADAPTER_README = """# LoRA adapters of an mtl export
+
+The adapters (peft's format) of the export in the folder above, which also holds the task
+heads (`heads.safetensors`), the tokenizer and `mtl_tasks.json`, by name (the export's paths):
+
+{listed}
+
+They go on the base model `{base}` (`base`: the export's own `base/` folder); `mtl_tasks.json`
+records the digest of its weights, which mtl checks when it loads the export.
+
+The whole model, heads and all, with mtl (from the folder above):
+
+    import mtl
+    model = mtl.load_model(".")
+
+An adapter alone, on its base, with peft (from the folder above):
+
+    from peft import PeftModel
+    from transformers import AutoModel
+    adapted = PeftModel.from_pretrained(AutoModel.from_pretrained("{base}"), "{folder}")
+"""
+
+
 def base_model(m) -> str | None:
     """The base model a model.peft run's adapters go on, as a name or absolute path that loads
     it; None where it is no model on disk or the hub (random weights, or `model.init_from`'s)."""
@@ -262,6 +285,11 @@ def adapter_files(model, m, out: Path) -> dict:
         name: "adapter" if not per_task else "adapters" + ("" if name == "default" else f"/{name}")
         for name in encoder.peft_config
     }
+    root = "adapters" if per_task else "adapter"  # peft's README there is an empty template
+    listed = "\n".join(f"- `{name}`: `{folder}/`" for name, folder in folders.items())
+    first = next(iter(folders.values()))
+    text = ADAPTER_README.format(listed=listed, base=base, folder=first)
+    (out / root / "README.md").write_text(text)
     return {
         "base_model": base,
         "base_digest": base_digest(encoder),  # what the adapters trained on, checked when read

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtl.errors import MtlError
+from mtl.errors import MtlError, did_you_mean
 
 EXHAUST_POLICIES = ("each_once", "first", "cycle_to_longest")
 
@@ -190,7 +190,8 @@ class CompositeLoader:
             exhaust = self.exhaust_choices[0] if exhaust is None else exhaust
             if exhaust not in self.exhaust_choices:
                 raise MtlError(
-                    f"exhaust: got {exhaust!r}; {type(self).__name__} accepts "
+                    f"exhaust: got {exhaust!r}; {did_you_mean(str(exhaust), self.exhaust_choices)}"
+                    f"{type(self).__name__} accepts "
                     f"{', '.join(self.exhaust_choices)} (or steps_per_epoch)"
                 )
         self.names = list(loaders)

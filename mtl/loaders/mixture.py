@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mtl.errors import MtlError
+from mtl.errors import MtlError, did_you_mean
 
 WEIGHTINGS = ("proportional", "uniform", "temperature", "annealed")
 SHAPES = ("linear", "cosine")
@@ -62,7 +62,10 @@ class Mixture:
         self.names, self.sizes = list(names), np.asarray(sizes, dtype=np.int64)
         self.size_cap = size_cap
         if shape not in SHAPES:
-            raise MtlError(f"shape: got {shape!r}; use one of {', '.join(SHAPES)}")
+            raise MtlError(
+                f"shape: got {shape!r}; {did_you_mean(str(shape), SHAPES)}use one of "
+                f"{', '.join(SHAPES)}"
+            )
         self.shape = shape
         self.epochs = epochs
         self.base = self._stage({"weighting": weighting, "temperature": temperature}, "")
@@ -112,7 +115,8 @@ class Mixture:
         if isinstance(weighting, str):
             if weighting not in WEIGHTINGS:
                 raise MtlError(
-                    f"{where}weighting: got {weighting!r}; use one of {', '.join(WEIGHTINGS)} "
+                    f"{where}weighting: got {weighting!r}; {did_you_mean(weighting, WEIGHTINGS)}"
+                    f"use one of {', '.join(WEIGHTINGS)} "
                     "or a mapping of task -> weight"
                 )
         elif isinstance(weighting, Mapping):
@@ -236,8 +240,10 @@ class Mixture:
             )
         total = length * self.epochs
         ends = []
+        typed = []  # each end as the user wrote it: a step, or a fraction (and its step)
         for i, stage in enumerate(self.stages[:-1]):
             until = stage["until"]
+            shown = f"{until} (step {round(until * total)})" if isinstance(until, float) else until
             if isinstance(until, float) and 0 < until <= 1:
                 until = round(until * total)
             elif not isinstance(until, (int, np.integer)) or isinstance(until, bool) or until < 1:
@@ -246,13 +252,14 @@ class Mixture:
                     "of the run in (0, 1]"
                 )
             if ends and until <= ends[-1]:
-                raise MtlError(f"stages[{i}].until: {until} does not come after {ends[-1]}")
+                raise MtlError(f"stages[{i}].until: {shown} does not come after {typed[-1]}")
             if until >= total:
                 raise MtlError(
-                    f"stages[{i}].until: step {until} is at or past the run's end ({total} loader "
+                    f"stages[{i}].until: {shown} is at or past the run's end ({total} loader "
                     "steps); the stages after it would never run"
                 )
             ends.append(int(until))
+            typed.append(shown)
         if self.stages[-1]["until"] is not None:
             raise MtlError("stages: the last stage runs to the end; give it no until")
         return ends

@@ -418,3 +418,16 @@ def test_a_single_target_module_is_its_name_not_its_letters():
 
     assert peft_config({"target_modules": "query"}).target_modules == {"query"}
     assert peft_config({"target_modules": ["query", "value"]}).target_modules == {"query", "value"}
+
+
+def test_the_adapters_readme_says_what_the_export_is_and_how_to_load_it(trained):
+    """Not peft's empty model-card template: the adapters, their folders, their base."""
+    results, run_dir, _ = trained
+    meta = json.loads((run_dir / "export" / "mtl_tasks.json").read_text())["peft"]
+    root = "adapters" if per_task(trained) else "adapter"
+    text = (run_dir / "export" / root / "README.md").read_text()
+    assert text.startswith("# LoRA adapters of an mtl export")
+    for name, folder in meta["adapters"].items():
+        assert f"- `{name}`: `{folder}/`" in text
+    assert f"base model `{meta['base_model']}`" in text and "mtl.load_model" in text
+    assert "More Information Needed" not in text  # peft's template

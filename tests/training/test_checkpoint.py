@@ -274,3 +274,20 @@ def test_dist_all_ranks_stop_at_the_same_step(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "step_0000003"
     assert {"random_states_0.pkl", "random_states_1.pkl", MARKER} <= names(ckpt)
     assert resolve_checkpoint(str(tmp_path / "run")) == str(ckpt)
+
+
+def test_the_ctrl_c_line_is_on_a_line_of_its_own_below_the_progress_bar(capsys):
+    import re
+
+    from tqdm import tqdm
+
+    from mtl.training.checkpoints.signals import CTRL_C_MESSAGE
+
+    bar = tqdm(total=10, file=sys.stderr, desc="train")
+    bar.update(3)
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGINT)
+    bar.close()
+    assert stop.received == signal.SIGINT
+    lines = re.split(r"[\r\n]", capsys.readouterr().err)
+    assert CTRL_C_MESSAGE in lines  # not appended to the bar's line

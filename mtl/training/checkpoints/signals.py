@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from mtl.artifacts import resume_override
 from mtl.errors import env_rank
@@ -78,7 +79,8 @@ class StopSignal:
             if self.interrupts > 1:
                 raise KeyboardInterrupt
             if env_rank() == 0:  # a terminal's Ctrl-C reaches every process of a launch
-                print(CTRL_C_MESSAGE, file=sys.stderr, flush=True)
+                # on a line of its own, the progress bar drawn again below it
+                tqdm.write(CTRL_C_MESSAGE, file=sys.stderr)
         self.received = self.received or signum
 
     def should_stop(self, accelerator) -> bool:
