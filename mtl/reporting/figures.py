@@ -138,9 +138,13 @@ def shares_figure(rows: list[dict], tasks: list[str]) -> Figure:
         ax.plot(steps, window, ls="none", marker="o", ms=3, alpha=0.4, color="tab:blue",
                 label="logged window")  # fmt: skip
         ax.plot(*series(rows, f"share_total/{task}"), color="tab:blue", lw=2, label="since start")
+        planned_steps, planned = series(rows, f"share_target_total/{task}")
+        if planned:  # the target over the same span as the line beside it
+            ax.plot(planned_steps, planned, color="tab:red", lw=1.5, label="target since start")
         target_steps, target = series(rows, f"share_target/{task}")
         if target:
-            ax.plot(target_steps, target, color="tab:red", ls="--", lw=1.5, label="target")
+            style = {"color": "tab:red", "ls": "--", "lw": 1, "alpha": 0.6}
+            ax.plot(target_steps, target, **style, label="this epoch's target")
         weight_steps, weights = series(rows, f"mix_weight/{task}")
         if weights:
             ax.plot(weight_steps, weights, color="tab:green", ls=":", lw=1.5, label="mix weight")

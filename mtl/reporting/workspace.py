@@ -6,7 +6,8 @@
 
 (the command: `mtl.cli.workspace`; the spec: `folder_spec`, saved by `save_workspace`)
 
-Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`, `share_target/<t>`,
+Sections: task shares (one panel per task: `share/<t>`, `share_total/<t>`,
+`share_target_total/<t>`, `share_target/<t>`,
 `mix_weight/<t>`), online mixing where a run has `loader.online` (`mix_policy/<t>`: the
 policy's figure, beside its weight),
 losses (`loss/<t>`, `loss`), dev metrics (one panel per task: `eval/<t>/<metric>`), throughput
@@ -141,7 +142,16 @@ def workspace_spec(
     """The workspace as plain data: sections of panels, each naming the keys it plots (with
     `online`, a section of the mixing policy's figure per task, `mix_policy/<t>`)."""
     shares = [
-        line(t, [f"share/{t}", f"share_total/{t}", f"share_target/{t}", f"mix_weight/{t}"])
+        line(
+            t,
+            [
+                f"share/{t}",
+                f"share_total/{t}",
+                f"share_target_total/{t}",
+                f"share_target/{t}",
+                f"mix_weight/{t}",
+            ],
+        )
         for t in tasks
     ]
     losses = [line(t, [f"loss/{t}"]) for t in tasks] + [line("all tasks", ["loss"])]

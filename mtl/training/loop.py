@@ -214,7 +214,8 @@ class Training:
         """Losses, shares, padding and throughput of the steps since the last window."""
         run, step = self.run, self.state.step
         target = run.loader.target_shares()
-        figures = self.window.figures(run.accelerator, step, self.state.share_totals, target)
+        s = self.state
+        figures = self.window.figures(run.accelerator, step, s.share_totals, target, s.planned)
         figures |= {f"mix_weight/{t}": w for t, w in run.loader.mix_weights().items()}
         shown = getattr(self.online.policy, "shown", None) if self.online is not None else None
         if callable(shown):

@@ -27,6 +27,7 @@ class TrainState:
         self.step = 0  # optimizer steps done
         self.epoch = 0  # epochs completed
         self.share_totals = torch.zeros(len(tasks), dtype=torch.float64)  # rows per task so far
+        self.planned = torch.zeros(len(tasks), dtype=torch.float64)  # ... as the loader planned
         self.metrics_rows: int | None = None  # rows in metrics.jsonl (None: not counted)
         self.best_step: int | None = None
         self.best: dict[str, float] = {}
@@ -39,6 +40,7 @@ class TrainState:
             "step": self.step,
             "epoch": self.epoch,
             "share_totals": self.share_totals.tolist(),
+            "planned": self.planned.tolist(),
             "metrics_rows": self.metrics_rows,
             "best_step": self.best_step,
             "best": dict(self.best),
@@ -60,6 +62,9 @@ class TrainState:
         totals = state.get("share_totals")
         if not _numbers(totals, n):
             raise BadState(f"the run's share_totals are {totals!r}, not {n} numbers >= 0")
+        planned = state.get("planned", [0.0] * n)  # absent in checkpoints of older runs
+        if not _numbers(planned, n):
+            raise BadState(f"the run's planned shares are {planned!r}, not {n} numbers >= 0")
         best = state.get("best")
         if not isinstance(best, dict) or not all(_number(v, _anything) for v in best.values()):
             raise BadState(f"the run's best figures are {best!r}, not {{name: number}}")
@@ -71,6 +76,7 @@ class TrainState:
             check_window(window, n, "logged")
         self.step, self.epoch = state["step"], state["epoch"]
         self.share_totals = torch.tensor(totals, dtype=torch.float64)
+        self.planned = torch.tensor(planned, dtype=torch.float64)
         self.metrics_rows = state["metrics_rows"]
         self.best_step = state["best_step"]
         self.best = dict(best)

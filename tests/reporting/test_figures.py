@@ -76,12 +76,17 @@ def test_run_figures_plot_each_tasks_logged_shares_and_dev_metrics(run_dir):
     shares = figures["report_shares"].axes
     assert [ax.get_title() for ax in shares] == TASKS
     for ax, task in zip(shares, TASKS, strict=True):
-        window, total, target, weight = ax.get_lines()
+        window, total, planned, target, weight = ax.get_lines()
+        assert (planned.get_label(), target.get_label()) == (
+            "target since start",
+            "this epoch's target",
+        )
         logged = [row for row in rows if f"share_total/{task}" in row]
         assert list(weight.get_ydata()) == [row[f"mix_weight/{task}"] for row in logged]
         assert list(total.get_xdata()) == [row["step"] for row in logged]
         assert list(total.get_ydata()) == [row[f"share_total/{task}"] for row in logged]
         assert list(target.get_ydata()) == [row[f"share_target/{task}"] for row in logged]
+        assert list(planned.get_ydata()) == [row[f"share_target_total/{task}"] for row in logged]
         assert list(window.get_ydata()) == [row[f"share/{task}"] for row in logged]
     assert len(figures["report_losses"].axes) == len(TASKS) + 1
     # One panel per task; regression's mse (lower is better) gets a right-hand axis of its own.

@@ -666,3 +666,23 @@ def test_a_run_stopped_and_resumed_writes_the_uninterrupted_runs_rows(make_cfg, 
         assert resumed.keys() == expected.keys()
         for key, value in expected.items():
             assert resumed[key] == pytest.approx(value, rel=1e-6, abs=1e-7), (resumed["step"], key)
+
+
+def test_the_target_since_the_start_meets_the_share_since_the_start(make_cfg, tmp_path):
+    """Under a schedule the epoch's plan (`share_target`) moves away from the share since the
+    start (`share_total`); `share_target_total`, the plan over the same span, meets it at each
+    epoch's end (each_once draws exactly the plan)."""
+    out = tmp_path / "run"
+    run(
+        make_cfg(
+            "task=[synthetic_cls,synthetic_reg]", "loader=random", "loader.weighting=temperature",
+            "loader.temperature=1", "loader.temperature_end=8", "trainer.epochs=3",
+            "trainer.max_steps=null", "trainer.log_every=1",
+            "task.synthetic_reg.max_train_examples=12", output_dir=out,
+        )
+    )  # fmt: skip
+    rows = [r for r in read_metrics(out) if "share_total/synthetic_cls" in r]
+    last = rows[-1]
+    for task in ("synthetic_cls", "synthetic_reg"):
+        assert last[f"share_target_total/{task}"] == pytest.approx(last[f"share_total/{task}"])
+    assert abs(last["share_target/synthetic_cls"] - last["share_total/synthetic_cls"]) > 0.02

@@ -49,23 +49,31 @@ class Window:
             self.loss_sums[self.index[name], 0] += value.detach().float()
             self.loss_sums[self.index[name], 1] += 1
 
-    def figures(self, accelerator, step: int, share_totals: torch.Tensor, target: dict) -> dict:
+    def figures(
+        self, accelerator, step: int, totals: torch.Tensor, target: dict, planned: torch.Tensor
+    ) -> dict:
         """`loss/<task>`, `loss` (the mean over the window's micro-step losses), `share/<task>`
         (the window), `share_total/<task>` (since the run began), `share_target/<task>` (what
-        the loader schedules), `padding_efficiency`, `tokens_per_s` and `examples_per_s`, summed
-        over the processes; then the next window starts. A NaN/inf loss is reported with its task
-        and rank, on every rank at the same step."""
+        the loader schedules this epoch), `share_target_total/<task>` (what it scheduled since
+        the run began: each window's rows split by the plan in force, so that it compares with
+        `share_total`), `padding_efficiency`, `tokens_per_s` and `examples_per_s`, summed over
+        the processes; then the next window starts. `totals` and `planned` (the run's rows per
+        task so far, as done and as planned; checkpointed in `TrainState`) are added to. A
+        NaN/inf loss is reported with its task and rank, on every rank at the same step."""
         figures = self.losses(accelerator, step)
         window, seconds = self.close(accelerator, step)
         rows = window[: len(self.tasks)]
-        share_totals += rows
+        totals += rows
+        if all(name in target for name in self.tasks):
+            plan = torch.tensor([target[n] for n in self.tasks], dtype=torch.float64)
+            planned += plan * rows.sum()
         for i, name in enumerate(self.tasks):
             figures[f"share/{name}"] = float(rows[i] / rows.sum().clamp(min=1))
-            figures[f"share_total/{name}"] = float(
-                share_totals[i] / share_totals.sum().clamp(min=1)
-            )
+            figures[f"share_total/{name}"] = float(totals[i] / totals.sum().clamp(min=1))
             if name in target:
                 figures[f"share_target/{name}"] = float(target[name])
+            if planned.sum() > 0:
+                figures[f"share_target_total/{name}"] = float(planned[i] / planned.sum())
         figures["padding_efficiency"] = float(window[-2] / window[-1].clamp(min=1))
         figures["tokens_per_s"] = float(window[-2]) / seconds
         figures["examples_per_s"] = float(window[-3]) / seconds
