@@ -119,3 +119,29 @@ def test_under_online_mixing_it_says_the_plan_moves(dry_run):
         "(loader.online: the plan the run starts from; every 2 optimizer steps the policy's "
         "weights redraw the rest of the epoch)"
     )
+
+
+def test_over_a_task_set_it_reads_the_sizes_as_training_does(dry_run, tmp_path, monkeypatch):
+    """`mtl-dry-run loader=random "task=[...]"`: the tasks' rows, dev split and batch size as a
+    run composes them, not guessed by hand (75 rows: 8 go to dev, 67 to train, 9 batches of 8)."""
+    project = tmp_path / "project"
+    (project / "conf" / "task").mkdir(parents=True)
+    rows = [f"{'good fine' if i % 2 else 'bad poor'} row {i},{i % 2}" for i in range(75)]
+    (project / "rows.csv").write_text("\n".join(["text,label", *rows]) + "\n")
+    (project / "conf" / "task" / "mine.yaml").write_text(
+        "# @package task.mine\ntype: sequence_classification\nsource: {path: rows.csv}\n"
+        "label_names: [neg, pos]\nbatch_size: 8\nmax_length: 16\n"
+    )
+    monkeypatch.chdir(project)
+    search = f"hydra.searchpath=[file://{project / 'conf'}]"
+    both = ["task=[mine,synthetic_cls]", "model=tiny", "sampler=random", search]
+    result = dry_run("loader=random", *both)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "mine: 67 train rows, batch size 8, 9 batches per pass"
+    assert lines[1].startswith("synthetic_cls: ")
+    table = {line.split()[0]: line.split()[1:] for line in lines[4:]}
+    assert table["mine"][:2] == ["9", "9"]
+    result = dry_run("random", "task=[nope]", search)  # a bad option: one line, as training
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "nope" in result.stderr
