@@ -179,19 +179,16 @@ class CompositeLoader:
                     f"exhaust={exhaust!r} and steps_per_epoch={steps_per_epoch!r}: set only one "
                     "(exhaust: null when steps_per_epoch is used)"
                 )
-            if (
-                not isinstance(steps_per_epoch, (int, np.integer))
-                or isinstance(steps_per_epoch, bool)
-                or steps_per_epoch < 1
-            ):
+            whole = isinstance(steps_per_epoch, (int, np.integer))
+            if not whole or isinstance(steps_per_epoch, bool) or steps_per_epoch < 1:
                 raise MtlError(f"steps_per_epoch: got {steps_per_epoch!r}; use an integer >= 1")
             steps_per_epoch = int(steps_per_epoch)
         else:
             exhaust = self.exhaust_choices[0] if exhaust is None else exhaust
             if exhaust not in self.exhaust_choices:
+                hint = did_you_mean(str(exhaust), self.exhaust_choices)
                 raise MtlError(
-                    f"exhaust: got {exhaust!r}; {did_you_mean(str(exhaust), self.exhaust_choices)}"
-                    f"{type(self).__name__} accepts "
+                    f"exhaust: got {exhaust!r}; {hint}{type(self).__name__} accepts "
                     f"{', '.join(self.exhaust_choices)} (or steps_per_epoch)"
                 )
         self.names = list(loaders)

@@ -141,19 +141,8 @@ def workspace_spec(
 ) -> dict:
     """The workspace as plain data: sections of panels, each naming the keys it plots (with
     `online`, a section of the mixing policy's figure per task, `mix_policy/<t>`)."""
-    shares = [
-        line(
-            t,
-            [
-                f"share/{t}",
-                f"share_total/{t}",
-                f"share_target_total/{t}",
-                f"share_target/{t}",
-                f"mix_weight/{t}",
-            ],
-        )
-        for t in tasks
-    ]
+    share_keys = ("share", "share_total", "share_target_total", "share_target", "mix_weight")
+    shares = [line(t, [f"{key}/{t}" for key in share_keys]) for t in tasks]
     losses = [line(t, [f"loss/{t}"]) for t in tasks] + [line("all tasks", ["loss"])]
     dev = [
         line(t, [f"eval/{t}/{m}" for m in metrics]) if metrics else line(t, regex=f"^eval/{t}/")
