@@ -32,6 +32,7 @@ import errno
 import glob
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -153,6 +154,23 @@ def check_digests(folder: Path, meta: dict) -> None:
 
 
 HYDRA_SPECIAL = set("=,[]{}()'\" \\")  # characters an override value must quote
+
+
+JOB_NAME_LENGTH = 64
+
+
+def job_folder_name(overrides: str) -> str:
+    """A sweep job's folder name from its overrides as Hydra joins them (`override_dirname`:
+    `loader=mixup,task=[a,b]`): short and shell-safe (`loader-mixup_task-a_b`: letters, digits,
+    `.`, `-`, `_`), cut to 64 characters with a digest of the whole where longer. The job's
+    overrides themselves are in its record (`.hydra/overrides.yaml`)."""
+    name = overrides.translate(str.maketrans({"=": "-", ":": "-", ",": "_", "/": "-"}))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "", name)
+    name = re.sub(r"([._-])[._-]+", r"\1", name).strip("._-")
+    if len(name) > JOB_NAME_LENGTH:
+        digest = hashlib.sha1(overrides.encode()).hexdigest()[:8]
+        name = f"{name[: JOB_NAME_LENGTH - 9].rstrip('._-')}-{digest}"
+    return name or "job"
 
 
 def resume_override(run_dir: str | Path) -> str:

@@ -8,6 +8,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -153,7 +154,8 @@ def test_a_job_stopped_by_a_signal_is_listed_as_stopped_with_how_to_resume(
     rows = read_csv(sweep / "summary.csv")
     stopped = job_dirs(sweep)[0]
     assert rows[0]["status"] == "STOPPED"
-    assert rows[0]["error"] == f"stopped by a signal; resume with \"trainer.resume='{stopped}'\""
+    assert rows[0]["error"] == f"stopped by a signal; resume with trainer.resume={stopped}"
+    assert re.fullmatch(r"0_[A-Za-z0-9._-]{1,64}", stopped.name)  # short and shell-safe
     assert rows[0]["monitor"] == "" and not (stopped / "results.json").exists()
     assert list((stopped / "checkpoints").glob("step_*"))
 
@@ -330,3 +332,22 @@ def test_short_names_are_distinct_and_name_their_task(names):
             assert label == name  # short, or no prefix shorter by two tells it apart
             others = [n for n in names if n != name]
             assert len(name) <= 9 or any(o.startswith(name[:-2]) for o in others)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"),
+    [
+        ("seed=0,task=[a]", "seed-0_task-a"),
+        ("loader=mixup,sampler=random", "loader-mixup_sampler-random"),
+        ("loader.weighting={a: 1, b: 3}", "loader.weighting-a-1_b-3"),
+        ("task=[glue/sst2,glue/mnli]", "task-glue-sst2_glue-mnli"),
+        ("", "job"),
+    ],
+)
+def test_a_sweep_jobs_folder_name_is_short_and_shell_safe(overrides, name):
+    from mtl.artifacts import job_folder_name
+
+    assert job_folder_name(overrides) == name
+    long = job_folder_name("trainer.lr=0.001," * 10)
+    assert len(long) == 64 and re.fullmatch(r"[A-Za-z0-9._-]+-[0-9a-f]{8}", long)
+    assert long != job_folder_name("trainer.lr=0.001," * 11)  # the digest tells them apart

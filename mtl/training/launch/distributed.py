@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from mtl.artifacts import job_folder_name
 from mtl.batching.collators import task_rows
 from mtl.errors import MtlError, env_rank
 from mtl.training.launch.nodes import check_nodes
@@ -60,6 +61,7 @@ def launch_time() -> datetime:
 OmegaConf.register_new_resolver(
     "mtl_now", lambda pattern: launch_time().strftime(pattern), replace=True
 )
+OmegaConf.register_new_resolver("mtl_job_name", job_folder_name, replace=True)  # sweep jobs
 
 
 def start_launch(timeout_s: float = 600.0) -> None:
