@@ -5,7 +5,7 @@ The same as the `mtl-train` console script (see `mtl.cli`). Under a launcher (`t
 for every rank (see `mtl.training.launch.distributed.start_launch`).
 """
 
-from mtl.cli.train import train
+from mtl.cli.entry import train
 
 if __name__ == "__main__":
     train()

@@ -235,3 +235,26 @@ def test_mtl_workspace_that_wandb_refuses_is_one_line(capsys, monkeypatch):
     line = one_line(capsys, lambda: main(["entity=me", "project=mtl", "tasks=[a]"]))
     assert line.startswith("mtl: error: W&B refused to save the workspace of me/mtl (RuntimeError")
     assert line.endswith("check `wandb login`, the entity and the project, or give dry_run=true\n")
+
+
+def test_mtl_train_help_lists_each_groups_options_without_the_training_stack(
+    capsys, monkeypatch, tmp_path
+):
+    """`mtl-train --help` (and `python train.py --help`) answers from the config folders'
+    listing, yours (`--config-dir`) too, without importing torch (it took 6 s through Hydra)."""
+    import subprocess
+    import sys
+
+    from mtl.cli.entry import train
+
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "my_reviews.yaml").write_text("type: regression\n")
+    monkeypatch.setattr(sys, "argv", ["mtl-train", "--config-dir", str(tmp_path / "conf"), "-h"])
+    train()
+    out = capsys.readouterr().out
+    assert out.startswith("usage: mtl-train [--config-dir DIR]")
+    assert "  loader: mixup, random, round_robin, sequential\n" in out
+    assert "my_reviews" in out and "glue/sst2" in out and "--cfg job" in out
+    code = "import sys; from mtl.cli.entry import help_text; help_text([]); "
+    code += "sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
