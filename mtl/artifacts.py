@@ -164,7 +164,7 @@ def job_folder_name(overrides: str) -> str:
     `loader=mixup,task=[a,b]`): short and shell-safe (`loader-mixup_task-a_b`: letters, digits,
     `.`, `-`, `_`), cut to 64 characters with a digest of the whole where longer. The job's
     overrides themselves are in its record (`.hydra/overrides.yaml`)."""
-    name = overrides.translate(str.maketrans({"=": "-", ":": "-", ",": "_", "/": "-"}))
+    name = overrides.translate(str.maketrans("=:,/", "--_-"))
     name = re.sub(r"[^A-Za-z0-9._-]+", "", name)
     name = re.sub(r"([._-])[._-]+", r"\1", name).strip("._-")
     if len(name) > JOB_NAME_LENGTH:
