@@ -4,12 +4,16 @@ preemption, with no other flag, gives one run folder and one metrics.jsonl."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import signal
 from pathlib import Path
 
 import pytest
 
 from mtl.cli.argv import continue_in_place
 from mtl.errors import MtlError
+from mtl.training.setup import run as setup_run
 
 
 def make_run(folder: Path) -> Path:
@@ -133,6 +137,17 @@ def test_a_resume_calls_no_function_its_record_names(tmp_path, train_here, monke
     assert not (tmp_path / "ran").exists() and not (run / "ran").exists()
 
 
+class CtrlCAt:
+    """A hook that presses Ctrl-C (SIGINT to this process) at the end of a step."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, run, progress):
+        if progress.state.step == self.step:
+            signal.raise_signal(signal.SIGINT)
+
+
 OWN_TASK = (
     "# @package task.{name}\ntype: sequence_classification\nsource: {{path: data/rows.csv}}\n"
     "label_names: [neg, pos]\nbatch_size: 8\nmax_length: 16\n"
@@ -144,8 +159,8 @@ OWN_TASK = (
     [
         [],  # as the stop line prints it
         ["--config-dir", "conf"],  # as Hydra users type it, before ...
-        ["-cd", "conf", "trainer.epochs=1"],
-        ["trainer.epochs=1", "--config-dir", "conf"],  # ... or after the overrides
+        ["-cd", "conf", "trainer.max_steps=4"],
+        ["trainer.max_steps=4", "--config-dir", "conf"],  # ... or after the overrides
     ],
     ids=["as printed", "--config-dir before", "-cd before", "--config-dir after"],
 )
@@ -165,12 +180,17 @@ def test_a_run_of_ones_own_tasks_resumes_as_the_stop_line_says(
     monkeypatch.chdir(project)
     run = project / "outputs" / "mine"
     args = ["--config-dir", "conf", "debug=fast", "task=[my_reviews,my_tags]"]
-    code, err = train_here(*args, "trainer.max_steps=2", f"hydra.run.dir={run}")
-    assert code == 0, err
+    configured = setup_run.configured_hooks
+    with monkeypatch.context() as patch:  # Ctrl-C at step 2 of 4
+        patch.setattr(setup_run, "configured_hooks", lambda *a: [*configured(*a), CtrlCAt(2)])
+        code, err = train_here(*args, f"hydra.run.dir={run}")
+    assert code == 130, err
+    pasted = shlex.split(re.search(r"resume with (.+)$", err, re.M).group(1))
+    assert pasted == [f"trainer.resume={run}"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    code, err = train_here(*typed, f"trainer.resume={run}", "trainer.max_steps=4")
+    code, err = train_here(*typed, *pasted)
     assert code == 0, err
     assert f"mtl: resuming in {project}, the folder the run was started in" in err
     assert "(resuming at step 2)" in err
