@@ -52,6 +52,7 @@ from mtl.training.checkpoints.signals import StopSignal
 from mtl.training.diagnostics import Diagnostics
 from mtl.training.evaluate import evaluate
 from mtl.training.launch.distributed import make_accelerator
+from mtl.training.mixing import mixer_for
 from mtl.training.setup.run import Run, build_run
 from mtl.training.state import Progress, RunResults, StopReason
 from mtl.training.step import Step
@@ -97,14 +98,8 @@ class Training:
         self.step = Step(
             run.model, run.balancer, run.optimizer, run.scheduler, run.accelerator, max_norm
         )
-        self.online = getattr(run.loader, "online", None)  # `loader.online`: its own window
-        self.mixing = None
-        if self.online is not None:
-            self.mixing = Window(
-                list(run.tasks), acc.device, self.state.step + 1, acc.num_processes
-            )
-            if self.state.mixing is not None:  # resumed: the window the checkpoint held
-                self.mixing.load(self.state.mixing, acc.process_index)
+        first = self.state.step + 1  # `loader.online`: what its policy is fed (else nothing)
+        self.mixing = mixer_for(run.loader, run.tasks, acc, first, self.state.mixing)
         self.diagnostics = None
         if run.settings.trainer.diagnoses:
             self.diagnostics = Diagnostics(run.model, run.tasks, run.accelerator)
@@ -149,13 +144,11 @@ class Training:
         """Forward and backward of one batch (`mtl.training.step`); the last of an accumulation
         group (`sync`) synchronises the gradients."""
         self.window.add_batch(batch)
-        if self.mixing is not None:
-            self.mixing.add_batch(batch)  # from the host tensors, as the logged window
+        self.mixing.add_batch(batch)
         batch = to_device(batch, self.run.accelerator.device)
         task_losses, loss = self.step.micro_step(batch, sync, group)
         self.window.add_losses(task_losses)
-        if self.mixing is not None:
-            self.mixing.add_losses(task_losses)
+        self.mixing.add_losses(task_losses)
         self.hooks.call("on_micro_step", self.run, self.progress, batch, loss)
 
     def optimizer_step(self) -> None:
@@ -167,8 +160,7 @@ class Training:
         """Log the window, evaluate and checkpoint when their intervals (or the last step) say
         so; stop for a signal (every rank at the same step)."""
         run, t, step = self.run, self.run.settings.trainer, self.state.step
-        if self.online is not None and step % self.online.update_every == 0:
-            self.update_mixture()
+        self.mixing.after_step(step, self.progress.last_eval)
         if step % t.log_every == 0 or step == run.total_steps:
             self.log_window()
         if t.eval_every and step % t.eval_every == 0:
@@ -184,28 +176,12 @@ class Training:
         elif boundary.checkpoint or (t.checkpoint_every and step % t.checkpoint_every == 0):
             self.checkpoint()
 
-    def update_mixture(self) -> None:
-        """`loader.online`: the policy's figures of the steps since its last update (the same
-        on every rank) and the latest evaluation's main dev figures, oriented so that higher
-        is better; the loader draws the rest of the epoch from the policy's weights."""
-        run, step = self.run, self.state.step
-        figures = self.mixing.task_figures(run.accelerator, step)
-        last = self.progress.last_eval or {}
-        for name, task in run.tasks.items():
-            metric = task.task_type.main_metric
-            value = last.get(f"eval/{name}/{metric}")
-            if value is not None:
-                higher = task.task_type.metric_directions()[metric]
-                figures[name]["dev"] = value if higher else -value
-        run.loader.update_mixture(figures, step)
-
     def checkpoint(self) -> None:
         """Save the step's checkpoint, with the number of metrics.jsonl rows written so far."""
         run = self.run
         self.state.metrics_rows = run.logger.rows
         self.state.window = self.window.state(run.accelerator)
-        if self.mixing is not None:
-            self.state.mixing = self.mixing.state(run.accelerator)
+        self.state.mixing = self.mixing.state(run.accelerator)
         keep = run.settings.trainer.keep_last
         save_checkpoint(run.accelerator, run.run_dir, self.state.step, keep, run.description)
         self.last_saved = time.monotonic()
@@ -217,9 +193,7 @@ class Training:
         s = self.state
         figures = self.window.figures(run.accelerator, step, s.share_totals, target, s.planned)
         figures |= {f"mix_weight/{t}": w for t, w in run.loader.mix_weights().items()}
-        shown = getattr(self.online.policy, "shown", None) if self.online is not None else None
-        if callable(shown):
-            figures |= {f"mix_policy/{t}": float(v) for t, v in shown().items()}
+        figures |= self.mixing.figures()
         figures["lr"] = run.scheduler.get_last_lr()[0]
         figures["epoch"] = self.state.epoch
         run.logger.log(figures, step=step)
