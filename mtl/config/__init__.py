@@ -52,7 +52,7 @@ class TrainerConfig:
     # ddp: every process holds the whole model; fsdp: the model sharded over the processes
     # (accelerate's FSDP: a unit per encoder layer), for encoders too large for one GPU.
     strategy: str = "ddp"
-    keep_freed_memory: bool = True  # reuse freed host memory between steps (training/host_memory)
+    keep_freed_memory: bool = True  # reuse freed host memory between steps (mtl/cli/host_memory.py)
     eval_every: int | None = None  # also evaluate every N optimizer steps (always after each epoch)
     eval_batch_size: int = 64
     checkpoint_every: int | None = None  # save every N optimizer steps (always at the end)

@@ -219,8 +219,9 @@ class TaskType:
         return {name: m.higher_is_better for name, m in self.metrics.items()}
 
     def export_kind(self, label_names: list[str] | None) -> Any:
-        """The transformers counterpart of this type's own head (`mtl.models.heads.HFModel`),
-        or None when no standard transformers model computes it (the default)."""
+        """The transformers counterpart of this type's own head
+        (`mtl.models.heads.TransformersModel`), or None when no standard transformers model
+        computes it (the default)."""
         return None
 
     @classmethod
