@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import torch
 
 from mtl.balancers.base import Balancer
-from mtl.errors import MtlError
+from mtl.errors import MtlError, import_target
 
 
 class Aggregate(Balancer):
@@ -35,7 +34,7 @@ class Aggregate(Balancer):
         options: dict[str, Any] | None = None,
     ):
         super().__init__(tasks, loss_weights)
-        cls = import_aggregator(aggregator)
+        cls = import_target(aggregator, "balancer.aggregator", object)  # a class
         kwargs = {
             k: torch.tensor(v) if isinstance(v, list) else v for k, v in dict(options or {}).items()
         }
@@ -63,18 +62,3 @@ class Aggregate(Balancer):
 
     def weights(self) -> dict[str, float]:
         return dict(self.last_weights)
-
-
-def import_aggregator(path: str) -> type:
-    """The aggregator class at import path `path`, or a one-line error naming the fix."""
-    module_name, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        raise MtlError(
-            f"aggregator={path} does not import; give a class path such as "
-            "torchjd.aggregation.UPGrad"
-        ) from None
-    if not (isinstance(cls, type) and callable(cls)):
-        raise MtlError(f"aggregator={path} is not a class")
-    return cls

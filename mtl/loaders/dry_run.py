@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from hydra.utils import get_class
 
 from mtl.artifacts import config_dir
-from mtl.errors import MtlError, did_you_mean
+from mtl.errors import MtlError, did_you_mean, import_target
+from mtl.loaders.base import CompositeLoader
 
 
 def loader_class(name: str) -> type:
@@ -28,7 +28,8 @@ def loader_class(name: str) -> type:
         hint = did_you_mean(name, names)
         raise MtlError(f"loader: unknown name {name!r}; {hint}use one of {', '.join(names)}")
     with open(folder / f"{name}.yaml") as file:
-        return get_class(yaml.safe_load(file)["_target_"])
+        target = yaml.safe_load(file)["_target_"]
+    return import_target(target, f"conf/loader/{name}.yaml's _target_", CompositeLoader)
 
 
 def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any) -> str:

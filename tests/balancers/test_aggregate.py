@@ -81,7 +81,7 @@ def test_any_torchjd_aggregator_by_its_path_and_options():
 @pytest.mark.parametrize(
     ("path", "match"),
     [
-        ("torchjd.aggregation.NoSuch", "does not import"),
+        ("torchjd.aggregation.NoSuch", "torchjd.aggregation has no 'NoSuch'"),
         ("torchjd.aggregation.CAGrad", "bad options"),
     ],
 )
