@@ -9,9 +9,10 @@ and `docs/extending.md` to write your own. May import `mtl.errors`, `mtl.artifac
 from mtl.loaders.base import CompositeLoader
 from mtl.loaders.dry_run import dry_run
 from mtl.loaders.mixup import MixupLoader
-from mtl.loaders.random import RandomLoader, WeightedLoader
+from mtl.loaders.random import RandomLoader
 from mtl.loaders.round_robin import RoundRobinLoader
 from mtl.loaders.sequential import SequentialLoader
+from mtl.loaders.weighted import WeightedLoader
 
 __all__ = [
     "CompositeLoader",

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from mtl.errors import MtlError
 from mtl.loaders.mixture import Mixture, fill
-from mtl.loaders.random import OnlineMixing, WeightedLoader
+from mtl.loaders.online import OnlineMixing
+from mtl.loaders.weighted import WeightedLoader
 
 
 def _pad_to(x: torch.Tensor, length: int, value: int) -> torch.Tensor:

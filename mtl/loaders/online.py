@@ -1,4 +1,6 @@
-"""Online mixing: task weights that follow what training measures (`loader.online`).
+"""Online mixing: task weights that follow what training measures (`loader.online`): the
+policy a run names (`build_policy`), its outputs checked (`checked_weights`), and
+`OnlineMixing`, the part of a weighted loader that redraws the rest of an epoch from them.
 
 Every `update_every` optimizer steps the training loop hands the policy the figures of the steps
 since its last update, summed over the processes so that every rank sees the same numbers:
@@ -14,207 +16,24 @@ in force, normalised); `use_prior(prior)` where it takes the configured mixture 
 `shown() -> {task: number}` where it has a figure per task to log (`mix_policy/<task>`);
 `reads_dev = True` where it reads "dev" (the run must then evaluate during training).
 
-The run starts from the configured mixture (`loader.weighting`, its weights `p`), and each
-built-in policy keeps it as its prior, so that equal figures give the configured weights back
-(a uniform `p` gives each policy's textbook form):
-
-- `exp3` (online data mixing, Albalak et al. 2023): an EXP3 bandit whose reward is each task's
-  training loss. Per update t (1, 2, ...): for each task i with a loss, `R_i <- smoothing * R_i +
-  (1 - smoothing) * loss_i / w_i` (importance-weighted by the weight it was drawn with); then
-  `eps = exploration` (or `min(1/K, sqrt(ln K / (K t)))` when not given) and
-  `w_i = (1 - K eps) * p_i exp(eps R_i) / sum_j p_j exp(eps R_j) + K eps p_i`: exploration mixes
-  toward the configured weights.
-- `loss_softmax`: `w_i ~ p_i exp(loss_i / temperature)` over each task's latest training loss.
-- `dev_gap`: `w_i ~ p_i (max(target_i - dev_i, 0) + floor)`, with `target` per task or, where
-  none is given, the task's best dev figure so far; no weight moves before the first evaluation.
-
-Losses of different task types differ in scale (a regression's squared error against a
-cross-entropy): exp3 and loss_softmax reward the larger one; `dev_gap` compares dev figures.
+The built-in policies and their formulas: `mtl.loaders.policies`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mtl.errors import MtlError, did_you_mean, import_target
-from mtl.loaders.online_state import finite_figures, number, state_count
+from mtl.loaders.mixture import fill
+from mtl.loaders.online_state import checked_state, number
+from mtl.loaders.policies import POLICIES
 
-Figures = Mapping[str, Mapping[str, float]]
-
-
-def _positive(value: Any, key: str, *, zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero):
-        need = ">= 0" if zero else "> 0"
-        raise MtlError(f"loader.online.{key}: got {value!r}; give a number {need}")
-    return float(value)
-
-
-def softmax(scores: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
-    """`prior_i exp(scores_i)`, normalised (a uniform prior without one)."""
-    soft = np.exp(scores - scores.max())
-    if prior is not None:
-        soft = soft * prior
-    return soft / soft.sum()
-
-
-class Prior:
-    """The configured mixture a built-in policy keeps as its prior (`use_prior`): uniform until
-    it is given."""
-
-    prior: dict[str, float] | None = None
-
-    def use_prior(self, prior: Mapping[str, float]) -> None:
-        self.prior = {str(n): float(w) for n, w in prior.items()}
-
-    def prior_of(self, names: Sequence[str]) -> np.ndarray:
-        """The prior of `names`, normalised (uniform without one)."""
-        if self.prior is None:
-            return np.full(len(names), 1 / len(names))
-        p = np.array([self.prior.get(n, 0.0) for n in names])
-        return p / p.sum()
-
-
-class Exp3(Prior):
-    """EXP3 over the tasks, rewarded by their training losses (see the module docstring)."""
-
-    def __init__(self, exploration: float | None = None, smoothing: float = 0.9):
-        if exploration is not None:
-            exploration = _positive(exploration, "exploration", zero=True)
-        smoothing = _positive(smoothing, "smoothing", zero=True)
-        if smoothing >= 1:
-            raise MtlError(f"loader.online.smoothing: got {smoothing}; give a number in [0, 1)")
-        self.exploration, self.smoothing = exploration, smoothing
-        self.rewards: dict[str, float] = {}
-        self.updates = 0
-
-    def check_tasks(self, names: Sequence[str]) -> None:
-        k = len(names)
-        if self.exploration is not None and self.exploration * k > 1:
-            raise MtlError(
-                f"loader.online.exploration: got {self.exploration}; with {k} tasks give a "
-                f"number in [0, 1/{k}]"
-            )
-
-    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
-        names = list(weights)
-        k = len(names)
-        for name in names:
-            loss = figures.get(name, {}).get("loss")
-            if loss is not None and weights[name] > 0:
-                old = self.rewards.get(name, 0.0)
-                new = loss / weights[name]
-                self.rewards[name] = self.smoothing * old + (1 - self.smoothing) * new
-        self.updates += 1
-        eps = self.exploration
-        if eps is None:
-            eps = min(1 / k, math.sqrt(math.log(k) / (k * self.updates))) if k > 1 else 0.0
-        if eps * k > 1:
-            raise MtlError(
-                f"loader.online.exploration: got {eps}; with {k} tasks give at most 1/{k}"
-            )
-        p = self.prior_of(names)
-        soft = softmax(np.array([eps * self.rewards.get(n, 0.0) for n in names]), p)
-        w = (1 - k * eps) * soft + k * eps * p
-        return {n: float(v) for n, v in zip(names, w, strict=True)}
-
-    def shown(self) -> dict[str, float]:
-        """Logged as `mix_policy/<task>`: each task's smoothed reward."""
-        return dict(self.rewards)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rewards": dict(self.rewards), "updates": self.updates}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.rewards = finite_figures(state, "rewards")
-        self.updates = state_count(state, "updates")
-
-
-class LossSoftmax(Prior):
-    """`w_i ~ p_i exp(loss_i / temperature)` over each task's latest training loss."""
-
-    def __init__(self, temperature: float = 1.0):
-        self.temperature = _positive(temperature, "temperature")
-        self.losses: dict[str, float] = {}
-
-    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
-        for name in weights:
-            loss = figures.get(name, {}).get("loss")
-            if loss is not None:
-                self.losses[name] = float(loss)
-        if not self.losses:
-            return dict(weights)
-        fill = float(np.mean(list(self.losses.values())))  # a task not seen yet: the mean
-        scores = np.array([self.losses.get(n, fill) / self.temperature for n in weights])
-        soft = softmax(scores, self.prior_of(list(weights)))
-        return {n: float(s) for n, s in zip(weights, soft, strict=True)}
-
-    def shown(self) -> dict[str, float]:
-        """Logged as `mix_policy/<task>`: each task's latest training loss."""
-        return dict(self.losses)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"losses": dict(self.losses)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.losses = finite_figures(state, "losses")
-
-
-class DevGap(Prior):
-    """`w_i ~ p_i (max(target_i - dev_i, 0) + floor)` (target: given, or the task's best so
-    far)."""
-
-    reads_dev = True  # the run must evaluate during training (trainer.eval_every)
-
-    def __init__(self, target: Mapping[str, float] | None = None, floor: float = 0.05):
-        self.target = {str(n): float(v) for n, v in (target or {}).items()}
-        self.floor = _positive(floor, "floor")
-        self.best: dict[str, float] = {}
-        self.gaps: dict[str, float] = {}
-
-    def check_tasks(self, names: Sequence[str]) -> None:
-        unknown = sorted(set(self.target) - set(names))
-        if unknown:
-            raise MtlError(
-                f"loader.online.target names {', '.join(map(repr, unknown))}, not a task of this "
-                f"run ({', '.join(names)})"
-            )
-
-    def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
-        devs = {n: figures[n]["dev"] for n in weights if "dev" in figures.get(n, {})}
-        if not devs:
-            return dict(weights)
-        for name, dev in devs.items():
-            self.best[name] = max(self.best.get(name, dev), dev)
-        gaps = {}
-        for name in weights:
-            if name not in devs:
-                gaps[name] = 0.0
-                continue
-            target = self.target.get(name, self.best[name])
-            gaps[name] = max(target - devs[name], 0.0)
-        self.gaps = gaps
-        p = dict(zip(gaps, self.prior_of(list(gaps)), strict=True))
-        total = sum(p[n] * (g + self.floor) for n, g in gaps.items())
-        return {n: p[n] * (g + self.floor) / total for n, g in gaps.items()}
-
-    def shown(self) -> dict[str, float]:
-        """Logged as `mix_policy/<task>`: each task's gap at the latest update."""
-        return dict(self.gaps)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"best": dict(self.best), "gaps": dict(self.gaps)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.best = finite_figures(state, "best")
-        self.gaps = finite_figures({"gaps": {}, **state}, "gaps")  # logged only
-
-
-POLICIES = {"exp3": Exp3, "loss_softmax": LossSoftmax, "dev_gap": DevGap}
+if TYPE_CHECKING:  # for the annotation only: the loader imports this module
+    from mtl.loaders.weighted import WeightedLoader
 
 
 def build_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Any:
@@ -240,7 +59,7 @@ def build_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Any:
         if not callable(getattr(cls, "update", None)):
             raise MtlError(
                 f"loader.online.policy={policy!r}: {cls.__name__} has no update(figures, "
-                "weights) method; give it one (see mtl/loaders/online.py)"
+                "weights) method; give it one (see mtl/loaders/policies.py)"
             )
     try:
         return cls(**options)
@@ -269,3 +88,156 @@ def checked_weights(weights: Any, names: Sequence[str], step: int, policy: Any) 
         raise MtlError(f"{who} returned weight 0 for every task; give at least one above 0")
     out = out / out.max()  # weights near the float maximum: their sum would overflow
     return out / out.sum()
+
+
+class OnlineMixing:
+    """`loader.online` of a WeightedLoader: {policy, update_every, options}
+    (`mtl.loaders.online`).
+
+    An epoch starts from the policy's latest weights (the mixture's `weighting` before its
+    first update), split over the epoch's slots (`per_step` a step) as a static mixture's are
+    and laid out by the loader's `arrange` with `rng([seed, epoch])`. An update at step s of the
+    epoch redraws the slots of steps s.. from the new weights (counts by largest remainders
+    within each task's cap, laid out with `rng([seed, epoch, u])`, u the run's update count),
+    so `len()` is exact, every rank draws the same steps, and the epoch's plan (start weights
+    and updates) resumes it exactly. The plan's steps are slots."""
+
+    def __init__(self, loader: WeightedLoader, online: Mapping[str, Any]):
+        if not isinstance(online, Mapping) or "policy" not in online:
+            raise MtlError(
+                f"loader.online: got {online!r}; give {{policy: exp3|loss_softmax|dev_gap|"
+                "<package.module.Class>, update_every: <optimizer steps>, options: {...}}"
+            )
+        unknown = set(online) - {"policy", "update_every", "options"}
+        if unknown:
+            raise MtlError(
+                f"loader.online: unknown key(s) {', '.join(sorted(map(str, unknown)))}; use "
+                "policy, update_every, options"
+            )
+        every = online.get("update_every")
+        if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
+            raise MtlError(f"loader.online.update_every: got {every!r}; give an integer >= 1")
+        if loader.fixed_length is None or loader.mixture.moves:
+            raise MtlError(
+                "loader.online needs epochs of a fixed number of steps (exhaust=each_once or "
+                "steps_per_epoch) and a weighting that does not move by itself (no stages, "
+                "annealed or temperature_end)"
+            )
+        self.loader, self.update_every = loader, int(every)
+        self.name = online["policy"] if isinstance(online["policy"], str) else None
+        self.policy = build_policy(online["policy"], online.get("options"))
+        if callable(getattr(self.policy, "check_tasks", None)):
+            self.policy.check_tasks(loader.names)
+        self.weights = loader.mixture.weights(0)  # the run starts from the configured mixture
+        self.included = (self.weights > 0).astype(float)  # weight 0 leaves a task out
+        if callable(getattr(self.policy, "use_prior", None)):  # ... and the policy keeps it
+            self.policy.use_prior(dict(zip(loader.names, self.weights.tolist(), strict=True)))
+        self.updates = 0
+        self.plan: dict[str, Any] = {"epoch": -1, "start": [], "updates": []}
+        self.drawn: tuple | None = None  # (epoch, its steps, updates applied) under way
+
+    def options(self) -> dict[str, Any]:
+        return {"policy": self.name or type(self.policy).__name__, "every": self.update_every}
+
+    def begin(self, epoch: int) -> None:
+        """An iteration starts `epoch`: a new plan from the latest weights (kept on resume)."""
+        if self.plan["epoch"] != epoch:
+            self.plan = {"epoch": epoch, "start": self.weights.tolist(), "updates": []}
+            self.drawn = None
+            self.loader.replan(epoch)
+
+    def update(self, figures: Mapping, step: int) -> None:
+        names = self.loader.names
+        current = {n: float(w) for n, w in zip(names, self.weights, strict=True)}
+        try:
+            new = self.policy.update(figures, current)
+        except MtlError:
+            raise
+        except Exception as err:  # the user's policy: one line naming it and where it raised
+            raise MtlError(
+                f"loader.online.policy {type(self.policy).__name__}.update raised at step {step} "
+                f"({type(err).__name__}: {err}{_where(err)}); fix the policy"
+            ) from None
+        weights = checked_weights(new, names, step, self.policy) * self.included
+        if weights.sum() <= 0:
+            raise MtlError(
+                f"loader.online.policy {type(self.policy).__name__} at step {step} gave weight "
+                "only to tasks the weighting leaves out (weight 0); give the others some"
+            )
+        self.weights = weights / weights.sum()
+        self.updates += 1
+        epoch, at = self.loader.position
+        if self.plan["epoch"] == epoch and 0 < at < self.loader.fixed_length:
+            event = [at * self.loader.per_step, self.updates, self.weights.tolist()]
+            self.plan["updates"].append(event)
+            if self.drawn is not None and self.drawn[0] == epoch:  # redraw the rest in place
+                self.redraw(self.drawn[1], *event, epoch)
+                self.drawn = (epoch, self.drawn[1], len(self.plan["updates"]))
+            self.loader.replan(epoch)
+
+    def schedule(self, epoch: int) -> np.ndarray:
+        """The epoch's slots: from the plan's start weights, then each update's redraw of the
+        rest (kept for the epoch under way, so that an update costs one redraw)."""
+        planned = self.plan["epoch"] == epoch
+        if (
+            planned
+            and self.drawn is not None
+            and self.drawn[::2] == (epoch, len(self.plan["updates"]))
+        ):
+            return self.drawn[1]
+        length = self.loader.slots
+        start = np.array(self.plan["start"]) if planned else self.weights
+        counts = self.spread(length, start, self.room(), epoch)
+        order = self.loader.arrange(counts, self.loader.rng(epoch))
+        if not planned:
+            return order
+        for event in self.plan["updates"]:
+            self.redraw(order, *event, epoch)
+        self.drawn = (epoch, order, len(self.plan["updates"]))
+        return order
+
+    def room(self) -> np.ndarray:
+        caps = self.loader.mixture.caps
+        return np.full(len(self.loader.names), np.inf) if caps is None else caps.astype(float)
+
+    def redraw(self, order: np.ndarray, at: int, index: int, weights: list, epoch: int) -> None:
+        """Slots `at`.. of `order` drawn again from `weights` (rng of seed, epoch, `index`)."""
+        left = self.room() - np.bincount(order[:at], minlength=len(self.loader.names))
+        counts = self.spread(len(order) - at, np.array(weights), left, epoch)
+        rng = np.random.default_rng([self.loader.seed, epoch, index])
+        order[at:] = self.loader.arrange(counts, rng)
+
+    def spread(self, steps: int, p: np.ndarray, room: np.ndarray, epoch: int) -> np.ndarray:
+        """`steps` (slots) split by the policy's weights `p` within each task's `room`; once the
+        tasks it weighs are all at their caps, the rest by the mixture's own weights over the
+        others (a capped task gets no more, whatever the policy says)."""
+        weighed = p > 0
+        capacity = room[weighed].sum()
+        if steps <= capacity:
+            return fill(steps, p, room, epoch)
+        counts = np.where(weighed, room, 0).astype(np.int64)
+        rest = np.where(weighed, 0.0, self.loader.mixture.weights(epoch))
+        return counts + fill(steps - int(counts.sum()), rest, room - counts, epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = getattr(self.policy, "state_dict", dict)()
+        return {"weights": self.weights.tolist(), "updates": self.updates, "plan": self.plan,
+                "policy": state}  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The state `state_dict` saved, checked first (`checked_state`: `BadState` naming
+        what is wrong)."""
+        weights, updates, plan = checked_state(state, len(self.loader.names), self.loader.slots)
+        if callable(getattr(self.policy, "load_state_dict", None)):
+            self.policy.load_state_dict(state.get("policy"))
+        self.weights, self.updates, self.plan = weights, updates, plan
+        self.drawn = None
+        self.loader.replan(self.plan["epoch"])
+
+
+def _where(err: BaseException) -> str:
+    """`, at file:line` of the innermost frame of `err`'s traceback ('' without one)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""

@@ -1,7 +1,7 @@
 """Online mixing in training (`loader.online`): what the policy is fed, behind one object the loop
 calls at its own events.
 
-The loader's `OnlineMixing` (`mtl.loaders.random`) draws the steps from the policy's weights;
+The loader's `OnlineMixing` (`mtl.loaders.online`) draws the steps from the policy's weights;
 this part feeds it: its own window of the steps since the policy's last update (each task's
 losses and rows, summed over the processes), and every `update_every` optimizer steps the update
 with those figures and the latest evaluation's main dev figures. `mixer_for` gives a run its

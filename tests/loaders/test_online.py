@@ -11,7 +11,8 @@ import pytest
 
 from mtl.errors import MtlError
 from mtl.loaders import RandomLoader
-from mtl.loaders.online import DevGap, Exp3, LossSoftmax, checked_weights
+from mtl.loaders.online import checked_weights
+from mtl.loaders.policies import DevGap, Exp3, LossSoftmax
 from mtl.testing import check_loader
 
 
