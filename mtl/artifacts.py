@@ -53,6 +53,63 @@ def config_dir() -> Path:
     return installed if installed.is_dir() else package.parent / "conf"
 
 
+class RunLayout:
+    """Where each part of a run folder is: the one place that spells the layout, asked by
+    training, resume, export, predict, reports and tests.
+
+        <run>/.hydra/config.yaml          the config it trains with (`record`)
+        <run>/metrics.jsonl               every logged row (`metrics`)
+        <run>/results.json                the last step, the best evaluation (`results`)
+        <run>/checkpoints/step_0000048/   a step checkpoint (`step(48)`; `checkpoints`)
+        <run>/checkpoints/best/           the best model (`best`)
+        <run>/export/                     the run's export (`export`)
+    """
+
+    CHECKPOINTS, BEST = "checkpoints", "best"
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / self.CHECKPOINTS
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / self.BEST
+
+    def step(self, step: int) -> Path:
+        return self.checkpoints / step_name(step)
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def record(self) -> Path:
+        return self.root / ".hydra" / "config.yaml"
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: str | Path) -> RunLayout | None:
+        """The run a checkpoint folder (`<run>/checkpoints/<name>`) belongs to; None for a
+        folder that is not in a run's `checkpoints/`."""
+        folder = Path(checkpoint)
+        return cls(folder.parent.parent) if folder.parent.name == cls.CHECKPOINTS else None
+
+
+def step_name(step: int) -> str:
+    """A step checkpoint's folder name: `step_` and the optimizer step in seven digits."""
+    return f"step_{step:07d}"
+
+
 # An export folder (`mtl-export`, `<run>/export`): its tasks, labels and heads' arguments, the
 # marker that says the folder is an export, and every head's weights.
 TASKS_FILE = "mtl_tasks.json"

@@ -1,9 +1,10 @@
 """Where a run's trained weights are: its checkpoint folders and the files that say one is
 complete, its best model, an export (`trained_weights`, `resolve_checkpoint`).
 
-A checkpoint is `<run>/checkpoints/step_<N:07d>`; a save under way or cut short is a `.tmp-*`
-folder, one being replaced or deleted an `.old-*` folder; the marker `mtl_checkpoint.json`
-(every file's name and size), written last, says that a folder is complete. The best model is
+A checkpoint is `<run>/checkpoints/step_<N:07d>` (`mtl.artifacts.RunLayout` spells the run
+folder's layout); a save under way or cut short is a `.tmp-*` folder, one being replaced or
+deleted an `.old-*` folder; the marker `mtl_checkpoint.json` (every file's name and size),
+written last, says that a folder is complete. The best model is
 `checkpoints/best`. Training writes them (`mtl.training.checkpoints`); training, export and
 `model.init_from` read them through this module.
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from mtl.artifacts import (
     HEADS_FILE,
     TASKS_FILE,
+    RunLayout,
     check_digests,
     file_digest,
     is_export,
@@ -57,10 +59,6 @@ OLD_PREFIX = ".old-"  # a checkpoint being replaced or deleted
 
 
 STEP_NAME = re.compile(r"^(?:\.tmp-|\.old-)?step_(\d+)$")
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:07d}"
 
 
 def step_folders(root: Path) -> list[Path]:
@@ -141,7 +139,7 @@ def resolve_checkpoint(path: str) -> str:
             "checkpoints/step_N folders",
             all_ranks=True,
         )
-    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    root = RunLayout(p).checkpoints if RunLayout(p).checkpoints.is_dir() else p
     folders = step_folders(root)
     if not folders and root != p:
         raise MtlError(
@@ -182,9 +180,6 @@ def resolve_checkpoint(path: str) -> str:
     )
 
 
-BEST = "best"
-
-
 class NoCheckpoint(MtlError):
     """A folder that holds no trained weights at all (not a damaged one)."""
 
@@ -202,8 +197,8 @@ def earlier_checkpoint(folder: Path, before: Path | None = None) -> Path | None:
 
 def _instead(run: Path, damaged: Path | None = None) -> str:
     """What to give instead of a damaged checkpoint of `run`."""
-    best = run / "checkpoints" / BEST
-    found = earlier_checkpoint(run / "checkpoints", damaged)
+    best = RunLayout(run).best
+    found = earlier_checkpoint(RunLayout(run).checkpoints, damaged)
     if damaged is not None and damaged != best and incomplete_reason(best) is None:
         found = best
     if found is not None:
@@ -263,15 +258,16 @@ def trained_weights(path: str) -> tuple[dict, Path]:
         heads = read_weights(folder / HEADS_FILE, "export the run again")
         state = {f"encoder.{k}": v for k, v in encoder.items()}
         return state | model_state(heads), folder
-    best = folder / "checkpoints" / BEST
+    best = RunLayout(folder).best
     if (best / MARKER).is_file():
         return _best_weights(best), best_weights_file(best)
-    if folder.name == BEST and (folder / MARKER).is_file():
+    if folder.name == RunLayout.BEST and (folder / MARKER).is_file():
         return _best_weights(folder), folder
     if (folder / MARKER).is_file() or STEP_NAME.match(folder.name):
         checkpoint = folder  # a checkpoint folder
     else:  # a run folder (or its checkpoints/): its checkpoint of the highest step
-        root = folder / "checkpoints" if (folder / "checkpoints").is_dir() else folder
+        root = RunLayout(folder).checkpoints
+        root = root if root.is_dir() else folder
         steps = (
             [p for p in step_folders(root) if not p.name.startswith(".")] if root.is_dir() else []
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mtl.artifacts import RunLayout
 from mtl.cli.host_memory import keep_freed_memory
 from mtl.cli.script import one_line_errors
 from mtl.config import validate
@@ -67,7 +68,7 @@ def write_outputs(results: RunResults) -> list[Path]:
         model, tokenizer = results.model, results.tokenizer
         predictions = predict_unlabeled(model, tokenizer, tasks, results.run_dir)
         if settings.trainer.export:
-            write_export(model, tokenizer, tasks, settings, results.run_dir / "export")
+            write_export(model, tokenizer, tasks, settings, RunLayout(results.run_dir).export)
     accelerator.wait_for_everyone()
     return predictions
 

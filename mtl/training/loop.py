@@ -39,7 +39,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mtl.artifacts import resume_override, write_file
+from mtl.artifacts import RunLayout, resume_override, write_file
 from mtl.batching import to_device
 from mtl.builders.model import build_model
 from mtl.builders.weights import earlier_checkpoint
@@ -278,7 +278,7 @@ class Training:
                 p.last_eval, run.tasks, self.state.best, self.state.best_step, self.state.step
             )
             summary = json.dumps(results.summary(), indent=2)
-            write_file(run.run_dir / "results.json", summary, overwrite=True)
+            write_file(RunLayout(run.run_dir).results, summary, overwrite=True)
         run.accelerator.wait_for_everyone()
         return results
 
@@ -298,7 +298,7 @@ class Training:
 def interrupted_line(run_dir: Path) -> str:
     """The line a run stopped at once (a second Ctrl-C) ends with: the checkpoint it resumes
     from, or that it has none yet."""
-    latest = earlier_checkpoint(Path(run_dir) / "checkpoints")
+    latest = earlier_checkpoint(RunLayout(run_dir).checkpoints)
     if latest is None:
         return (
             "mtl: stopped (Ctrl-C) before the run's first checkpoint: nothing to resume; run "

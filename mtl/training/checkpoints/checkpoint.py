@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtl.artifacts import (
+    RunLayout,
     file_digest,
     fsync,
     no_space,
@@ -45,7 +46,6 @@ from mtl.artifacts import (
     resume_override,
 )
 from mtl.builders.weights import (
-    BEST,
     BEST_WEIGHTS,
     DESCRIPTION,
     MARKER,
@@ -57,7 +57,6 @@ from mtl.builders.weights import (
     changed,
     check_as_saved,
     incomplete_reason,
-    step_dir_name,
     step_folders,
 )
 from mtl.errors import MtlError
@@ -91,8 +90,8 @@ def save_checkpoint(
         )
     if accelerator.project_configuration.automatic_checkpoint_naming:
         raise ValueError("save_checkpoint names the folders itself: no automatic_checkpoint_naming")
-    root = Path(run_dir) / "checkpoints"
-    final = root / step_dir_name(step)
+    root = RunLayout(run_dir).checkpoints
+    final = RunLayout(run_dir).step(step)
     tmp = root / (TMP_PREFIX + final.name)
     owner = _writes_shared_files(accelerator)
     if owner:
@@ -191,8 +190,8 @@ def save_best(
     """The model's weights, `best.json` (step, figures) and `description` (`mtl_run.json`, as in
     a step checkpoint) in `<run>/checkpoints/best`, written whole or not at all. A collective:
     call it on every rank."""
-    root = Path(run_dir) / "checkpoints"
-    final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
+    final = RunLayout(run_dir).best
+    tmp = final.with_name(TMP_PREFIX + final.name)
     state = accelerator.get_state_dict(model)  # a collective under some strategies
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -229,14 +228,14 @@ def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | 
     weights here. A best of a later step is not copied: the resumed run reaches that step again
     and saves it. Main process; every rank waits."""
     if accelerator.is_main_process and source_run is not None and step is not None:
-        source = Path(source_run) / "checkpoints" / BEST
+        source = RunLayout(source_run).best
         try:
             saved = json.loads((source / "best.json").read_text())["step"]
         except (OSError, ValueError, KeyError, TypeError):
             saved = None
         if saved == step and incomplete_reason(source) is None and changed(source) is None:
-            root = Path(run_dir) / "checkpoints"
-            final, tmp = root / BEST, root / (TMP_PREFIX + BEST)
+            final = RunLayout(run_dir).best
+            tmp = final.with_name(TMP_PREFIX + final.name)
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(source, tmp)
             _put_in_place(tmp, final)
@@ -245,7 +244,7 @@ def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | 
 
 def load_best(accelerator, model, run_dir: Path) -> dict | None:
     """Load the best weights into `model` (every rank); returns best.json, None if none saved."""
-    folder = Path(run_dir) / "checkpoints" / BEST
+    folder = RunLayout(run_dir).best
     if not (folder / MARKER).is_file():
         return None
     check_as_saved(folder, "train again")

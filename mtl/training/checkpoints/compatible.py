@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mtl.artifacts import RunLayout
 from mtl.builders.weights import DESCRIPTION
 from mtl.config import Settings
 from mtl.errors import MtlError
@@ -46,7 +47,8 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     """One-line MtlError when `checkpoint` was trained with other tasks, heads or encoder than
     `model` (the unwrapped model of this run) and `description` (`describe`)."""
     folder = Path(checkpoint)
-    run_of = folder.parent.parent if folder.parent.name == "checkpoints" else folder
+    layout = RunLayout.of_checkpoint(folder)
+    run_of = layout.root if layout is not None else folder
     fix = (
         "resume with the config it was trained with, or start from its weights with a fresh "
         f"optimizer: model.init_from={run_of} instead of {option}"

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from mtl.artifacts import RunLayout
 from mtl.builders.weights import MARKER, check_as_saved, resolve_checkpoint
 from mtl.config import flat
 from mtl.errors import BadState, MtlError
@@ -24,7 +25,6 @@ from mtl.models.lora import frozen_keys
 from mtl.training.checkpoints.checkpoint import carry_best
 from mtl.training.checkpoints.compatible import check_compatible, unreadable
 from mtl.training.checkpoints.trusted import check_data_only
-from mtl.training.tracking.history import METRICS
 
 RECORD = Path(".hydra") / "config.yaml"  # the config a run trains with (Hydra's, or mtl's record)
 # What a resumed run may change: how long it trains, how often it logs, evaluates and saves, and
@@ -129,11 +129,12 @@ def check_run_folder(
 def training_traces(run_dir: Path) -> list[str]:
     """What a training left in `run_dir` besides its checkpoints: metrics.jsonl rows, a best
     model, results, an export."""
-    metrics = run_dir / METRICS
-    traces = [METRICS] if metrics.is_file() and metrics.stat().st_size > 0 else []
-    for name in ("checkpoints/best", "results.json", "export"):
-        if (run_dir / name).exists():
-            traces.append(name)
+    layout = RunLayout(run_dir)
+    metrics = layout.metrics
+    traces = [metrics.name] if metrics.is_file() and metrics.stat().st_size > 0 else []
+    for path in (layout.best, layout.results, layout.export):
+        if path.exists():
+            traces.append(path.relative_to(layout.root).as_posix())
     return traces
 
 
@@ -206,5 +207,5 @@ def load_checkpoint(accelerator, checkpoint: str, option: str, strict: bool = Tr
 
 def run_of(checkpoint: str) -> Path | None:
     """The run folder a checkpoint folder belongs to (`<run>/checkpoints/step_N`)."""
-    folder = Path(checkpoint).resolve()
-    return folder.parent.parent if folder.parent.name == "checkpoints" else None
+    layout = RunLayout.of_checkpoint(Path(checkpoint).resolve())
+    return layout.root if layout is not None else None
