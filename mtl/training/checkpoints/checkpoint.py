@@ -59,7 +59,6 @@ from mtl.builders.weights import (
     incomplete_reason,
     step_folders,
 )
-from mtl.errors import MtlError
 from mtl.models.lora import frozen_keys, without_frozen
 
 
@@ -78,16 +77,13 @@ def save_checkpoint(
     flushes the files, writes the marker `mtl_checkpoint.json` last and renames the folder to
     `step_<N>`. A checkpoint of the same step already there is replaced (moved aside, then deleted),
     so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only the K complete
-    checkpoints of the highest steps are kept (always including this one), and folders left by
+    checkpoints of the highest steps are kept (always including this one; `trainer.keep_last`
+    is checked with the config: `TrainerConfig`), and folders left by
     killed saves are deleted; `keep_last=None` keeps every checkpoint. Nothing outside
     `<run>/checkpoints` is touched. Returns once the folder is in place on every rank.
     `description` (the run's tasks and model, `mtl.training.checkpoints.compatible.describe`) goes
     to `mtl_run.json`.
     """
-    if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 1):
-        raise MtlError(
-            f"trainer.keep_last={keep_last}: give a number of checkpoints >= 1, or null to keep all"
-        )
     if accelerator.project_configuration.automatic_checkpoint_naming:
         raise ValueError("save_checkpoint names the folders itself: no automatic_checkpoint_naming")
     root = RunLayout(run_dir).checkpoints
