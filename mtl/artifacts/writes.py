@@ -30,216 +30,19 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
-import hashlib
 import os
-import re
 import shutil
 import socket
-import sys
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from mtl.errors import MtlError
 
-
-def config_dir() -> Path:
-    """mtl's own config folder: `conf/` of a source checkout, or the copy that a wheel ships as
-    `conf/` (setup.py)."""
-    package = Path(__file__).resolve().parent
-    installed = package / "conf"
-    return installed if installed.is_dir() else package.parent / "conf"
-
-
-class RunLayout:
-    """Where each part of a run folder is: the one place that spells the layout, asked by
-    training, resume, export, predict, reports and tests.
-
-        <run>/.hydra/config.yaml          the config it trains with (`record`)
-        <run>/metrics.jsonl               every logged row (`metrics`)
-        <run>/results.json                the last step, the best evaluation (`results`)
-        <run>/checkpoints/step_0000048/   a step checkpoint (`step(48)`; `checkpoints`)
-        <run>/checkpoints/best/           the best model (`best`)
-        <run>/export/                     the run's export (`export`)
-    """
-
-    CHECKPOINTS, BEST = "checkpoints", "best"
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / self.CHECKPOINTS
-
-    @property
-    def best(self) -> Path:
-        return self.checkpoints / self.BEST
-
-    def step(self, step: int) -> Path:
-        return self.checkpoints / step_name(step)
-
-    @property
-    def export(self) -> Path:
-        return self.root / "export"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.json"
-
-    @property
-    def record(self) -> Path:
-        return self.root / ".hydra" / "config.yaml"
-
-    @classmethod
-    def of_checkpoint(cls, checkpoint: str | Path) -> RunLayout | None:
-        """The run a checkpoint folder (`<run>/checkpoints/<name>`) belongs to; None for a
-        folder that is not in a run's `checkpoints/`."""
-        folder = Path(checkpoint)
-        return cls(folder.parent.parent) if folder.parent.name == cls.CHECKPOINTS else None
-
-
-def step_name(step: int) -> str:
-    """A step checkpoint's folder name: `step_` and the optimizer step in seven digits."""
-    return f"step_{step:07d}"
-
-
-# An export folder (`mtl-export`, `<run>/export`): its tasks, labels and heads' arguments, the
-# marker that says the folder is an export, and every head's weights.
-TASKS_FILE = "mtl_tasks.json"
-HEADS_FILE = "heads.safetensors"
-
-
-def damaged(path: str | Path, err: BaseException, fix: str) -> MtlError:
-    """The one line for a file that cannot be read as what it should be: its path, the reader's
-    own words (first line) and `fix`, what to do."""
-    text = str(err).strip()
-    detail = text.splitlines()[0][:160] if text else type(err).__name__
-    return MtlError(f"{path} is damaged (cut short or overwritten? {detail}); {fix}")
-
-
-def read_weights(path: str | Path, fix: str) -> dict:
-    """The tensors of a weights file (`.safetensors`, else a torch file saved with plain
-    tensors), or a one-line MtlError naming the file, what is wrong and `fix`."""
-    import pickle
-
-    import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    try:
-        if path.suffix == ".safetensors":
-            return load_file(path)
-        if not zipfile.is_zipfile(path):  # torch reads any other file as its legacy format
-            raise damaged(path, ValueError("not the zip archive torch saves"), fix)
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise MtlError(f"{path} is missing; {fix}") from None
-    except (SafetensorError, RuntimeError, pickle.UnpicklingError, EOFError, OSError) as err:
-        raise damaged(path, err, fix) from None
-
-
-def is_export(path: str | Path) -> bool:
-    """Whether `path` is an export folder (it holds `mtl_tasks.json`)."""
-    return (Path(path) / TASKS_FILE).is_file()
-
-
-def file_digest(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def export_files(folder: Path) -> list[Path]:
-    """The files of an export that its digests cover: all but `mtl_tasks.json` (which holds
-    them) and hidden files (a file manager's), in name order."""
-    return sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.name != TASKS_FILE
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
-
-
-def digests_of(folder: Path) -> dict[str, str]:
-    """{relative path: sha256} of `export_files(folder)`: what `mtl_tasks.json` records."""
-    return {p.relative_to(folder).as_posix(): file_digest(p) for p in export_files(folder)}
-
-
-def check_digests(folder: Path, meta: dict) -> None:
-    """One line for a file whose sha256 is not the one its export recorded, one it records that
-    is missing, and (format 2) a file it does not record; format 1 (weights only) and exports
-    without digests get one line on stderr saying what could not be checked."""
-    digests = meta.get("digests") or {}
-    if not isinstance(digests, dict):
-        raise MtlError(
-            f"model={folder}: {TASKS_FILE}'s digests are unreadable; export the run again"
-        )
-    for name, recorded in digests.items():
-        path = folder / str(name)
-        if not path.is_file() or folder.resolve() not in path.resolve().parents:
-            raise MtlError(f"model={folder}: {name} is missing; export the run again")
-        if file_digest(path) != recorded:
-            raise MtlError(
-                f"{path} is not the file the export wrote (its sha256 is not the one "
-                f"{TASKS_FILE} records: changed or damaged since); export the run again"
-            )
-    if meta.get("format", 1) >= 2:
-        extra = [p for p in export_files(folder) if p.relative_to(folder).as_posix() not in digests]
-        if extra:
-            raise MtlError(
-                f"{extra[0]} is not a file the export wrote ({TASKS_FILE} records no digest of "
-                "it); remove it, or export the run again"
-            )
-    else:
-        print(
-            f"mtl: model={folder} is an export of an earlier mtl: only its weights files are "
-            "checked against what wrote them; export the run again to check every file",
-            file=sys.stderr,
-        )
-
-
-HYDRA_SPECIAL = set("=,[]{}()'\" \\")  # characters an override value must quote
-
-
-JOB_NAME_LENGTH = 64
-
-
-def job_folder_name(overrides: str) -> str:
-    """A sweep job's folder name from its overrides as Hydra joins them (`override_dirname`:
-    `loader=mixup,task=[a,b]`): short and shell-safe (`loader-mixup_task-a_b`: letters, digits,
-    `.`, `-`, `_`), cut to 64 characters with a digest of the whole where longer. The job's
-    overrides themselves are in its record (`.hydra/overrides.yaml`)."""
-    name = overrides.translate(str.maketrans("=:,/", "--_-"))
-    name = re.sub(r"[^A-Za-z0-9._-]+", "", name)
-    name = re.sub(r"([._-])[._-]+", r"\1", name).strip("._-")
-    if len(name) > JOB_NAME_LENGTH:
-        digest = hashlib.sha1(overrides.encode()).hexdigest()[:8]
-        name = f"{name[: JOB_NAME_LENGTH - 9].rstrip('._-')}-{digest}"
-    return name or "job"
-
-
-def resume_override(run_dir: str | Path) -> str:
-    """`trainer.resume=<run_dir>` as one shell word that Hydra reads back as that path: a sweep
-    job's folder (`0_seed=0,task=[a]`) is quoted for Hydra, then for the shell."""
-    path = str(run_dir)
-    if not HYDRA_SPECIAL & set(path):
-        return f"trainer.resume={path}"
-    return f"\"trainer.resume='{path}'\""
-
-
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+
+
 _AT_FDCWD = -100
 
 
@@ -340,6 +143,8 @@ def ordinary_modes(path: Path) -> None:
 
 
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
 NO_SPACE_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
 
 
