@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mtl.artifacts import check_target, is_export
+from mtl.artifacts import RunLayout, check_target, is_export
 from mtl.batching import to_device
 from mtl.errors import MtlError
 from mtl.inference.export import LoadedModel, TaskInfo, load_model, run_folder
@@ -205,7 +205,7 @@ def predict_file(
         real = Path(out_path).resolve()
         if input_path != "-" and real == Path(input_path).resolve():
             raise MtlError(f"output={out_path} is the input file; give another output path")
-        inside = [p for p in real.parents if is_export(p) or p.name == "checkpoints"]
+        inside = [p for p in real.parents if is_export(p) or p.name == RunLayout.CHECKPOINTS]
         if inside:
             raise MtlError(
                 f"output={out_path} is inside {inside[0]}, a model folder; give a path outside it"
