@@ -9,6 +9,7 @@ from mtl.artifacts.files import (
     digests_of,
     export_files,
     file_digest,
+    first_unlike,
     read_weights,
 )
 from mtl.artifacts.layout import (
@@ -57,6 +58,7 @@ __all__ = [
     "digests_of",
     "export_files",
     "file_digest",
+    "first_unlike",
     "fsync",
     "is_export",
     "job_folder_name",

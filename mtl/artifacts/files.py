@@ -68,6 +68,19 @@ def digests_of(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): file_digest(p) for p in export_files(folder)}
 
 
+def first_unlike(folder: Path, digests: dict) -> tuple[str, bool] | None:
+    """The first file `digests` records ({path in `folder`: sha256}) that is not as recorded:
+    (its name, whether it is missing or lies outside `folder`); None when every one matches.
+    An export's digests and a checkpoint's marker are checked with it."""
+    for name, recorded in digests.items():
+        path = folder / str(name)
+        if not path.is_file() or folder.resolve() not in path.resolve().parents:
+            return str(name), True
+        if file_digest(path) != recorded:
+            return str(name), False
+    return None
+
+
 def check_digests(folder: Path, meta: dict) -> None:
     """One line for a file whose sha256 is not the one its export recorded, one it records that
     is missing, and (format 2) a file it does not record; format 1 (weights only) and exports
@@ -77,15 +90,15 @@ def check_digests(folder: Path, meta: dict) -> None:
         raise MtlError(
             f"model={folder}: {TASKS_FILE}'s digests are unreadable; export the run again"
         )
-    for name, recorded in digests.items():
-        path = folder / str(name)
-        if not path.is_file() or folder.resolve() not in path.resolve().parents:
+    unlike = first_unlike(folder, digests)
+    if unlike is not None:
+        name, missing = unlike
+        if missing:
             raise MtlError(f"model={folder}: {name} is missing; export the run again")
-        if file_digest(path) != recorded:
-            raise MtlError(
-                f"{path} is not the file the export wrote (its sha256 is not the one "
-                f"{TASKS_FILE} records: changed or damaged since); export the run again"
-            )
+        raise MtlError(
+            f"{folder / name} is not the file the export wrote (its sha256 is not the one "
+            f"{TASKS_FILE} records: changed or damaged since); export the run again"
+        )
     if meta.get("format", 1) >= 2:
         extra = [p for p in export_files(folder) if p.relative_to(folder).as_posix() not in digests]
         if extra:

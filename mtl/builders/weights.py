@@ -25,7 +25,7 @@ from mtl.artifacts import (
     TASKS_FILE,
     RunLayout,
     check_digests,
-    file_digest,
+    first_unlike,
     is_export,
     read_weights,
 )
@@ -101,13 +101,8 @@ def changed(folder: Path) -> str | None:
         return MARKER
     if not isinstance(sums, dict):
         return MARKER
-    for name, recorded in sums.items():
-        path = folder / str(name)
-        if folder.resolve() not in path.resolve().parents or not path.is_file():
-            return str(name)
-        if file_digest(path) != recorded:
-            return str(name)
-    return None
+    unlike = first_unlike(folder, sums)
+    return None if unlike is None else unlike[0]
 
 
 def check_as_saved(folder: Path, fix: str) -> None:
