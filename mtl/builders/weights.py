@@ -211,18 +211,32 @@ def _best_weights(best: Path) -> dict:
     return read_weights(best_weights_file(best), _instead(run))
 
 
-def adapters_only(export: Path) -> bool:
-    """Whether an export holds a model.peft run's adapters instead of the encoder's weights."""
-    try:
-        return "peft" in json.loads((export / TASKS_FILE).read_text())
-    except (OSError, ValueError, TypeError):
-        return False  # unreadable: reading the export says so
-
-
 INIT_FROM_CODE = (
     "model.init_from takes weights only and runs no code a folder names: start from an export "
     "of a built-in model.family"
 )
+
+
+def _export_weights(folder: Path, path: str) -> dict:
+    """The encoder's and heads' weights of an export folder (its `mtl_tasks.json` read once:
+    an export of LoRA adapters is refused, every file checked against its digest)."""
+    try:
+        meta = json.loads((folder / TASKS_FILE).read_text())
+    except (OSError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise MtlError(f"model.init_from={path}: {TASKS_FILE} is unreadable; export the run again")
+    if "peft" in meta:
+        raise MtlError(
+            f"model.init_from={path} is an export of LoRA adapters (model.peft), not of the "
+            "encoder's weights; start from an export with the adapter merged (mtl-export "
+            "<run> <out> merge=true, for a run with one adapter shared)"
+        )
+    check_digests(folder, meta)
+    with untrusted(f"model.init_from={path}", fix=INIT_FROM_CODE):
+        encoder = load_encoder(str(folder)).state_dict()
+    heads = read_weights(folder / HEADS_FILE, "export the run again")
+    return {f"encoder.{k}": v for k, v in encoder.items()} | model_state(heads)
 
 
 def trained_weights(path: str) -> tuple[dict, Path]:
@@ -233,26 +247,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
     naming it and what to give instead."""
     folder = Path(path)
     if is_export(folder):
-        if adapters_only(folder):
-            raise MtlError(
-                f"model.init_from={path} is an export of LoRA adapters (model.peft), not of the "
-                "encoder's weights; start from an export with the adapter merged (mtl-export "
-                "<run> <out> merge=true, for a run with one adapter shared)"
-            )
-        try:
-            meta = json.loads((folder / TASKS_FILE).read_text())
-        except (OSError, ValueError):
-            meta = None
-        if not isinstance(meta, dict):
-            raise MtlError(
-                f"model.init_from={path}: {TASKS_FILE} is unreadable; export the run again"
-            )
-        check_digests(folder, meta)
-        with untrusted(f"model.init_from={path}", fix=INIT_FROM_CODE):
-            encoder = load_encoder(str(folder)).state_dict()
-        heads = read_weights(folder / HEADS_FILE, "export the run again")
-        state = {f"encoder.{k}": v for k, v in encoder.items()}
-        return state | model_state(heads), folder
+        return _export_weights(folder, path), folder
     best = RunLayout(folder).best
     if (best / MARKER).is_file():
         return _best_weights(best), best_weights_file(best)
