@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from mtl.cli.argv import continue_in_place
 from mtl.errors import MtlError
 from mtl.training.setup import run as setup_run
+from tests.cli.test_run_folder import SignalAt  # Ctrl-C at the end of a step
 
 
 def make_run(folder: Path) -> Path:
@@ -137,17 +137,6 @@ def test_a_resume_calls_no_function_its_record_names(tmp_path, train_here, monke
     assert not (tmp_path / "ran").exists() and not (run / "ran").exists()
 
 
-class CtrlCAt:
-    """A hook that presses Ctrl-C (SIGINT to this process) at the end of a step."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, run, progress):
-        if progress.state.step == self.step:
-            signal.raise_signal(signal.SIGINT)
-
-
 OWN_TASK = (
     "# @package task.{name}\ntype: sequence_classification\nsource: {{path: data/rows.csv}}\n"
     "label_names: [neg, pos]\nbatch_size: 8\nmax_length: 16\n"
@@ -182,7 +171,7 @@ def test_a_run_of_ones_own_tasks_resumes_as_the_stop_line_says(
     args = ["--config-dir", "conf", "debug=fast", "task=[my_reviews,my_tags]"]
     configured = setup_run.configured_hooks
     with monkeypatch.context() as patch:  # Ctrl-C at step 2 of 4
-        patch.setattr(setup_run, "configured_hooks", lambda *a: [*configured(*a), CtrlCAt(2)])
+        patch.setattr(setup_run, "configured_hooks", lambda *a: [*configured(*a), SignalAt(2)])
         code, err = train_here(*args, f"hydra.run.dir={run}")
     assert code == 130, err
     pasted = shlex.split(re.search(r"resume with (.+)$", err, re.M).group(1))

@@ -46,6 +46,14 @@ def listing(folder: Path) -> dict[str, bytes | None]:
     }
 
 
+def predict_args(model: Path, folder: Path, text: str = "a cat") -> list[str]:
+    """`mtl-predict`'s arguments for one row of synthetic_cls written in `folder`, its output
+    `folder/o.jsonl`."""
+    rows = folder / "in.jsonl"
+    rows.write_text(json.dumps({"text": text}) + "\n")
+    return [f"model={model}", "task=synthetic_cls", f"input={rows}", f"output={folder / 'o.jsonl'}"]
+
+
 def one_line_error(capsys, call) -> str:
     with pytest.raises(SystemExit) as stop:
         call()
@@ -245,14 +253,7 @@ def test_load_model_refuses_code_that_is_not_mtls(run_dir, tmp_path, user_module
 def test_mtl_predict_refuses_it_and_runs_it_when_trusted(run_dir, tmp_path, user_module, capsys):
     module, marker = user_module
     export = edited_export(run_dir, tmp_path / "export", _formatted(EDITS["own head"], module))
-    rows = tmp_path / "in.jsonl"
-    rows.write_text(json.dumps({"text": "a cat and a dog"}) + "\n")
-    args = [
-        f"model={export}",
-        "task=synthetic_cls",
-        f"input={rows}",
-        f"output={tmp_path / 'o.jsonl'}",
-    ]
+    args = predict_args(export, tmp_path, "a cat and a dog")
     err = one_line_error(capsys, lambda: predict_main(args))
     assert f"head '{module}.UserHead' is not one of mtl's own" in err
     assert not marker.exists() and module not in sys.modules

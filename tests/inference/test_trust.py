@@ -25,7 +25,7 @@ from mtl.artifacts import digests_of
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.errors import MtlError
-from tests.inference.test_artifacts import listing, one_line_error
+from tests.inference.test_artifacts import listing, one_line_error, predict_args
 
 pytest.importorskip("peft")
 
@@ -134,14 +134,7 @@ def test_an_export_naming_code_is_refused_in_one_line(runs, tmp_path, user_modul
     assert message.startswith(f"model={export} names code that mtl would run ("), message
     assert named.format(module=module) in message and "trust_custom_code=true" in message
     assert "\n" not in message and not marker.exists() and module not in sys.modules
-    rows = tmp_path / "in.jsonl"
-    rows.write_text(json.dumps({"text": "a cat"}) + "\n")
-    args = [
-        f"model={export}",
-        "task=synthetic_cls",
-        f"input={rows}",
-        f"output={tmp_path / 'o.jsonl'}",
-    ]
+    args = predict_args(export, tmp_path)
     err = one_line_error(capsys, lambda: predict_main(args))
     assert "trust_custom_code=true" in err and not marker.exists()
     assert not (tmp_path / "o.jsonl").exists()
@@ -183,12 +176,10 @@ def test_a_run_folder_naming_code_is_refused_in_one_line(runs, tmp_path, user_mo
     before = listing(tmp_path)
     err = one_line_error(capsys, lambda: export_main([str(run), str(tmp_path / "out")]))
     assert named in err and "trust_custom_code=true" in err
-    rows = tmp_path / "in.jsonl"
-    rows.write_text(json.dumps({"text": "a cat"}) + "\n")
-    args = [f"model={run}", "task=synthetic_cls", f"input={rows}", f"output={tmp_path / 'o.jsonl'}"]
+    args = predict_args(run, tmp_path)
     err = one_line_error(capsys, lambda: predict_main(args))
     assert named in err
-    assert listing(tmp_path) == {**before, "in.jsonl": rows.read_bytes()}
+    assert listing(tmp_path) == {**before, "in.jsonl": (tmp_path / "in.jsonl").read_bytes()}
     assert not marker.exists() and module not in sys.modules
 
 
