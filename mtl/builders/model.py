@@ -10,8 +10,7 @@ from mtl.data import Task
 from mtl.errors import MtlError, env_rank
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.heads import init_poolers
-from mtl.models.lora import add_adapter, peft_config, per_task
-from mtl.models.multitask import head_task
+from mtl.models.lora import peft_config, per_task
 
 
 def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
@@ -31,8 +30,7 @@ def build_model(settings: Settings, tasks: dict[str, Task]) -> MultiTaskModel:
     if m.init_from:
         init_from(model, m.init_from)
     if m.peft is not None:  # after init_from: a trained model's weights, then the adapter
-        adapters = list(tasks) if per_task(m.peft) else None  # one per task, named by it
-        model.encoder = add_adapter(model.encoder, peft_config(m.peft), adapters)
+        model.add_adapters(peft_config(m.peft), per_task=per_task(m.peft))
     return model
 
 
@@ -46,14 +44,14 @@ def init_from(model: MultiTaskModel, path: str) -> None:
             "export with the adapter merged (mtl-export <run> <out> merge=true)"
         )
     own = model.state_dict()
-    missing = [k for k in own if head_task(k) is None and k not in state]
+    missing = [k for k in own if model.owner(k).task is None and k not in state]
     if missing:
         raise MtlError(
             f"model.init_from={path}: its encoder differs from model's ({missing[0]!r} is "
             "missing); use the same model settings as the run you start from"
         )
-    shared = sorted({head_task(k) for k in state} - {None} & set(model.heads))
-    keep = {k: v for k, v in state.items() if head_task(k) in (None, *shared)}
+    shared = sorted({model.owner(k).task for k in state} - {None} & set(model.heads))
+    keep = {k: v for k, v in state.items() if model.owner(k).task in (None, *shared)}
     for key, value in keep.items():
         if own[key].shape != value.shape:
             raise MtlError(

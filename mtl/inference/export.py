@@ -56,7 +56,7 @@ from mtl.inference.load import (
 )
 from mtl.inference.trust import check_task
 from mtl.models.encoder import DEFAULT_NAMES
-from mtl.models.lora import frozen_keys, is_adapted, merged_model, task_adapters
+from mtl.models.lora import frozen_keys, is_adapted
 from mtl.models.multitask import heads_state
 from mtl.quiet import quiet_libraries
 
@@ -206,11 +206,9 @@ def write_export(
     was_training = model.training
     model.eval()
     trained = model
-    adapters = is_adapted(model.encoder) and not (
-        merge and not task_adapters(model.encoder, model.heads)
-    )
+    adapters = is_adapted(model.encoder) and not (merge and not model.per_task_adapters)
     if not adapters:
-        model = merged_model(model)  # a shared adapter merged into a copy (merge=true)
+        model = model.merged()  # a shared adapter merged into a copy (merge=true)
     standard = standard or (merge and adapters)
 
     def fill(tmp: Path) -> None:
@@ -218,7 +216,7 @@ def write_export(
         meta = _write_multitask(model, tokenizer, tasks, settings.model.head_dropout, tmp, peft)
         for name, task in tasks.items() if standard else ():
             config = task.task_type.config
-            source = merged_model(model, name) if adapters else model
+            source = model.merged(name) if adapters else model
             hf, reason = standard_model(source, name, task.task_type, task.label_names, tokenizer)
             if hf is None:
                 print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
@@ -279,7 +277,7 @@ def adapter_files(model, m, out: Path) -> dict:
     if base is None:
         copy.deepcopy(encoder).unload().save_pretrained(out / "base")  # the frozen base alone
         base = "base"
-    per_task = task_adapters(encoder, model.heads)
+    per_task = model.per_task_adapters
     encoder.save_pretrained(out / ("adapters" if per_task else "adapter"))  # peft's layout
     folders = {  # peft's layout: an adapter named `default` in the folder itself
         name: "adapter" if not per_task else "adapters" + ("" if name == "default" else f"/{name}")

@@ -34,7 +34,7 @@ from mtl.errors import MtlError, UntrustedCode, refuse_code, remote_code, untrus
 from mtl.inference.trust import check_task
 from mtl.models import MultiTaskModel, load_encoder_and_pooler
 from mtl.models.lora import base_digest, peft_module
-from mtl.models.multitask import head_task, model_state
+from mtl.models.multitask import model_state
 from mtl.quiet import quiet_libraries
 from mtl.task_types import task_config, task_type_class
 
@@ -97,10 +97,11 @@ def _with_heads(folder: Path, meta: dict, encoder, tokenizer, path) -> LoadedMod
                 f"model={path}: task {name!r} in {TASKS_FILE} is malformed ({err}); export the "
                 "run again"
             ) from None
-    model = MultiTaskModel(encoder, heads)
+    per_task = bool(meta.get("peft", {}).get("per_task"))  # one adapter per task, named by it
+    model = MultiTaskModel(encoder, heads, per_task_adapters=per_task)
     weights = read_weights(folder / HEADS_FILE, "export the run again")
     missing, unexpected = model.load_state_dict(model_state(weights), strict=False)
-    missing = [k for k in missing if head_task(k) is not None]
+    missing = [k for k in missing if model.owner(k).part == "head"]
     if missing or unexpected:
         raise MtlError(
             f"model={path}: {HEADS_FILE} does not match {TASKS_FILE} "

@@ -10,13 +10,14 @@ encoder's model type (`query`/`value` for BERT-like encoders, `q_proj`/`v_proj` 
 Llama). The encoder's own weights are frozen and the task heads are trained whole. By default
 one adapter is shared by every task: its parameters are shared ones. With `per_task: true` each
 task has an adapter of its own, named by the task, on the one frozen encoder: its parameters are
-that task's (`adapter_tasks`), as its head's are, and a batch runs through the adapter of its
-task (a mixed batch: each task's rows through its own, one encoder call per task, as peft trains
-one adapter per call). Every part that asks the model which parameters train, and whose they are
-(the optimizer, the balancers' per-task gradients, diagnostics, checkpoints), sees the adapters'.
+that task's (`MultiTaskModel.owner`), as its head's are, and a batch runs through the adapter
+of its task (a mixed batch: each task's rows through its own, one encoder call per task, as peft
+trains one adapter per call). Every part that asks the model which parameters train, and whose
+they are (the optimizer, the balancers' per-task gradients, diagnostics, checkpoints), sees the
+adapters'.
 
-An export holds the encoder with the adapter merged into its weights (`merged_model`): a standard
-transformers model that needs no peft to load.
+An export holds the adapters in peft's format, or merged into the encoder's weights
+(`merge_adapter`): a standard transformers model that needs no peft to load.
 
 peft is an extra (`pip install "mtl-train[peft]"`); without it, `model.peft` is one line naming
 that command.
@@ -24,7 +25,6 @@ that command.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 import warnings
@@ -155,11 +155,6 @@ def is_adapted(encoder: nn.Module) -> bool:
     return hasattr(encoder, "peft_config") and hasattr(encoder, "merge_and_unload")
 
 
-def task_adapters(encoder: nn.Module, tasks: Any) -> bool:
-    """Whether the encoder carries one adapter per task of `tasks`, named by it (`per_task`)."""
-    return is_adapted(encoder) and set(encoder.peft_config) == set(tasks)
-
-
 def adapter_tasks(encoder: nn.Module) -> dict[str, str]:
     """{parameter name in `encoder`: the adapter it belongs to} for every adapter parameter
     (peft keeps them in its layers' per-adapter dicts: `lora_A.<adapter>.weight`, ...)."""
@@ -206,17 +201,13 @@ def without_frozen(model: nn.Module, state: dict) -> None:
         del state[key]
 
 
-def merged_model(model: nn.Module, task: str | None = None) -> nn.Module:
-    """`model` itself when its encoder carries no adapter; else a copy whose encoder has the
-    adapter (`task`'s, with one per task) merged into its weights."""
-    if not is_adapted(model.encoder):
-        return model
-    merged = copy.deepcopy(model)  # the copy's own encoder to merge into; heads are small
-    names = [task] if task is not None and task in merged.encoder.peft_config else None
+def merge_adapter(encoder: nn.Module, task: str | None = None) -> nn.Module:
+    """The encoder with its adapter (`task`'s, where it has one per task) merged into its
+    weights, no peft layer left (`MultiTaskModel.merged`)."""
+    names = [task] if task is not None and task in encoder.peft_config else None
     if names:
-        merged.encoder.set_adapter(task)
-    merged.encoder = merged.encoder.merge_and_unload(adapter_names=names)
-    return merged
+        encoder.set_adapter(task)
+    return encoder.merge_and_unload(adapter_names=names)
 
 
 def base_digest(encoder: nn.Module) -> str:

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from mtl.batching.collators import task_rows
 from mtl.models.families import EncoderAdapter, adapter_for
-from mtl.models.lora import adapter_tasks, task_adapters, use_adapter
+from mtl.models.lora import adapter_tasks, add_adapter, is_adapted, merge_adapter, use_adapter
 from mtl.models.packing import PackedEncoder
 
 HEADS = "heads"  # the ModuleDict of the task heads: their keys are `heads.<task>.<parameter>`
 
 
-def head_task(key: str) -> str | None:
-    """The task whose head a parameter (or state-dict key) belongs to; None for a shared one
-    (the encoder, and every other parameter that is not a head's)."""
+class Owner(NamedTuple):
+    """Who a parameter belongs to: `task` (None: every task shares it) and `part` ("encoder",
+    "head" or "adapter")."""
+
+    task: str | None
+    part: str
+
+
+def _head_task(key: str) -> str | None:
     parts = key.split(".", 2)
     return parts[1] if len(parts) == 3 and parts[0] == HEADS else None
 
@@ -25,7 +34,7 @@ def head_task(key: str) -> str | None:
 def heads_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The heads' part of a model state, keyed `<task>.<parameter>` (an export's
     heads.safetensors)."""
-    return {key.split(".", 1)[1]: value for key, value in state.items() if head_task(key)}
+    return {key.split(".", 1)[1]: value for key, value in state.items() if _head_task(key)}
 
 
 def model_state(heads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -34,34 +43,35 @@ def model_state(heads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class ParameterGroups:
-    """The parameter groups of a model whose task heads live in `heads` and whose encoder (in
-    `encoder`) may carry one adapter per task (`mtl.models.lora`): the rule that every place
-    asks (the optimizer's groups, the step's per-task gradients, diagnostics, checkpoints and
-    exports)."""
+    """Which task owns each parameter of a model whose task heads live in `heads` (an
+    `nn.ModuleDict`), and whose encoder may carry one adapter per task (`adapter_owner`:
+    {parameter name: task}). `owner` is the one rule: the optimizer's groups, checkpoint
+    compatibility, `model.init_from`, loading an export, the step's per-task gradients and the
+    diagnostics all ask it."""
 
-    def parameter_tasks(self) -> dict[str, str | None]:
-        """{trainable parameter's name: the task it belongs to, None for a shared one}, in the
-        model's order: a task's parameters are its head's and, with per-task adapters, its
-        adapter's."""
-        encoder = getattr(self, "encoder", None)
-        adapters = {}
-        if encoder is not None and task_adapters(encoder, self.heads):  # type: ignore[attr-defined]
-            adapters = {f"encoder.{n}": task for n, task in adapter_tasks(encoder).items()}
-        named = self.named_parameters()  # type: ignore[attr-defined]
-        return {n: head_task(n) or adapters.get(n) for n, p in named if p.requires_grad}
+    adapter_owner: Mapping[str, str] = MappingProxyType({})
+
+    def owner(self, name: str) -> Owner:
+        """Who owns a parameter or state-dict key (`module.`, as a prepared model prefixes
+        them, aside): a task's head, a task's adapter, or the shared encoder (a shared adapter
+        too)."""
+        name = name.removeprefix("module.")
+        task = _head_task(name)
+        if task is not None:
+            return Owner(task, "head")
+        task = self.adapter_owner.get(name)
+        return Owner(task, "encoder" if task is None else "adapter")
 
     def shared_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """The trainable parameters every task shares (named), in the model's order."""
-        owner = self.parameter_tasks()
         named = self.named_parameters()  # type: ignore[attr-defined]
-        return [(n, p) for n, p in named if n in owner and owner[n] is None]
+        return [(n, p) for n, p in named if p.requires_grad and self.owner(n).task is None]
 
     def task_parameters(self, task: str) -> list[tuple[str, nn.Parameter]]:
         """The trainable parameters of `task` alone (its head, and its adapter when each task
         has one), named, in the model's order."""
-        owner = self.parameter_tasks()
         named = self.named_parameters()  # type: ignore[attr-defined]
-        return [(n, p) for n, p in named if owner.get(n, "") == task]
+        return [(n, p) for n, p in named if p.requires_grad and self.owner(n).task == task]
 
 
 class MultiTaskModel(ParameterGroups, nn.Module):
@@ -80,8 +90,9 @@ class MultiTaskModel(ParameterGroups, nn.Module):
     the encoder's inputs, how packed calls are masked, and each head's form (a head with
     `adapt(shape)` takes the family's `HeadShape`).
 
-    An encoder with one peft adapter per task (`model.peft={per_task: true}`) runs each task's
-    rows through that task's adapter: one encoder call per task a batch holds.
+    An encoder with one peft adapter per task (`add_adapters(config, per_task=True)`, or
+    `per_task_adapters=True` for an encoder that carries them already) runs each task's rows
+    through that task's adapter: one encoder call per task a batch holds.
     """
 
     def __init__(
@@ -91,6 +102,7 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         *,
         pack: bool = True,
         adapter: EncoderAdapter | None = None,
+        per_task_adapters: bool = False,
     ):
         super().__init__()
         self.encoder = encoder
@@ -103,6 +115,28 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         pad_token_id = getattr(config, "pad_token_id", None) or 0
         self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)
+        self._own_adapters(per_task_adapters)
+
+    def _own_adapters(self, per_task: bool) -> None:
+        self.per_task_adapters = per_task
+        owner = adapter_tasks(self.encoder) if per_task else {}
+        self.adapter_owner = {f"encoder.{name}": task for name, task in owner.items()}
+
+    def add_adapters(self, config, *, per_task: bool = False) -> None:
+        """Put a peft adapter (`config`) on the encoder, or with `per_task` one per task named
+        by it, the encoder's own weights frozen (`model.peft`)."""
+        self.encoder = add_adapter(self.encoder, config, list(self.heads) if per_task else None)
+        self._own_adapters(per_task)
+
+    def merged(self, task: str | None = None) -> MultiTaskModel:
+        """This model when its encoder carries no adapter; else a copy whose encoder has the
+        adapter (`task`'s, with one per task) merged into its weights (an export's)."""
+        if not is_adapted(self.encoder):
+            return self
+        merged = copy.deepcopy(self)  # the copy's own encoder to merge into; heads are small
+        merged.encoder = merge_adapter(merged.encoder, task)
+        merged._own_adapters(False)
+        return merged
 
     def encode(self, batch: Mapping, task: str | None = None, rows=None) -> torch.Tensor:
         """The encoder's hidden states of the batch (of its `rows` alone, when given), through
@@ -112,7 +146,7 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         if rows is not None:
             inputs = {key: value[rows] for key, value in inputs.items()}
             host = None if host is None else host[rows.cpu()]
-        if task is not None and task_adapters(self.encoder, self.heads):
+        if task is not None and self.per_task_adapters:
             use_adapter(self.encoder, task)
         if self.packed is not None:
             return self.packed(self.encoder, inputs, host)
@@ -126,7 +160,7 @@ class MultiTaskModel(ParameterGroups, nn.Module):
     def forward(self, batch: Mapping) -> dict:
         """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}}, tasks in the
         batch's order."""
-        per_task = task_adapters(self.encoder, self.heads)
+        per_task = self.per_task_adapters
         hidden = None if per_task else self.encode(batch)
         mask = batch["attention_mask"]
         groups = {}

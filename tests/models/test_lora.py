@@ -30,7 +30,6 @@ from mtl.errors import MtlError
 from mtl.inference.export import export_model
 from mtl.models import load_encoder_and_pooler
 from mtl.models.lora import frozen_keys, is_adapted
-from mtl.models.multitask import head_task
 from mtl.models.tiny import save_tiny_model
 from tests.conftest import compose_config
 from tests.models.test_families import MIXUP, TASKS, input_rows, mtl_batch, trained_tasks
@@ -90,7 +89,7 @@ def test_what_trains_is_peft_s_adapters_and_the_heads(trained):
     model = results.model
     assert isinstance(model.encoder, peft.PeftModel) and is_adapted(model.encoder)
     adapter, _ = model.encoder.get_nb_trainable_parameters()
-    heads = sum(p.numel() for name, p in model.named_parameters() if head_task(name))
+    heads = sum(p.numel() for n, p in model.named_parameters() if model.owner(n).part == "head")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert trainable == adapter + heads
     shared = model.shared_parameters()  # what the optimizer and the balancers see as shared
@@ -104,7 +103,7 @@ def test_what_trains_is_peft_s_adapters_and_the_heads(trained):
         names = [n for n, _ in model.task_parameters(task)]
         lora = [n for n in names if ".lora_" in n]
         assert lora and {ADAPTER.search(n)[1] for n in lora} == {task}
-        assert {head_task(n) for n in names if n not in lora} == {task}
+        assert {model.owner(n) for n in names} == {(task, "head"), (task, "adapter")}
         owned += sum(p.numel() for n, p in model.task_parameters(task) if n in lora)
     assert owned == adapter
 
@@ -116,7 +115,8 @@ def test_every_task_type_trains_and_only_the_adapters_and_heads_move(trained):
     before, after = weights(run_dir, 2), weights(run_dir, 4)
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert any(".lora_B." in k for k in moved)  # B starts at zero: it moved from there
-    assert {head_task(k) for k in moved} - {None} == set(TASKS)
+    owners = [results.model.owner(k) for k in moved]
+    assert {task for task, part in owners if part == "head"} == set(TASKS)
     if per_task(trained):  # every task's adapter trained, each through its own rows
         assert {ADAPTER.search(k)[1] for k in moved if ".lora_B." in k} == set(TASKS)
     # the encoder's own weights: bit-equal to the base model's
@@ -291,14 +291,14 @@ def test_a_step_of_one_task_leaves_the_other_tasks_adapters_bit_equal(tmp_path):
     run += ["loader=round_robin", "balancer=upgrad", "data.max_examples=24", "trainer.max_steps=4"]
     run += ["trainer.checkpoint_every=1", "trainer.keep_last=null", "trainer.log_every=1"]
     run += ["trainer.export=false", PER_TASK]
-    _, run_dir, _ = lora_run(tmp_path, "bert", run=tuple(run))
+    results, run_dir, _ = lora_run(tmp_path, "bert", run=tuple(run))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "loss" in r]  # a training window each step (and evaluations)
     step_tasks = {r["step"]: {k.split("/")[1] for k in r if k.startswith("loss/")} for r in rows}
     for step in (2, 3, 4):
         before, after = weights(run_dir, step - 1), weights(run_dir, step)
         moved = {k for k in before if not torch.equal(before[k], after[k])}
-        owners = {head_task(k) or ADAPTER.search(k)[1] for k in moved}
+        owners = {results.model.owner(k).task for k in moved}
         assert len(step_tasks[step]) == 1 and owners == step_tasks[step], (step, owners)
         assert any(".lora_B." in k for k in moved)
 

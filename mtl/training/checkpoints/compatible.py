@@ -16,7 +16,6 @@ from mtl.builders.weights import DESCRIPTION
 from mtl.config import Settings
 from mtl.errors import MtlError
 from mtl.models.lora import base_digest, frozen_keys, is_adapted
-from mtl.models.multitask import head_task
 
 DESCRIBED = ("tasks", "model", "tokenizer", "balancer")  # what `describe` records
 
@@ -74,8 +73,8 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
     here = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     for key in frozen_keys(model) - shapes.keys():  # model.peft: the base is not in a checkpoint
         del here[key]
-    saved_tasks = sorted({head_task(k) for k in shapes} - {None})
-    run_tasks = sorted({head_task(k) for k in here} - {None})
+    saved_tasks = sorted({model.owner(k).task for k in shapes} - {None})
+    run_tasks = sorted({model.owner(k).task for k in here} - {None})
     if saved_tasks != run_tasks:
         raise MtlError(
             f"{option}: the checkpoint was trained with tasks {saved_tasks}, this run has "
@@ -83,10 +82,10 @@ def check_compatible(checkpoint: str, model, description: dict, option: str) -> 
             all_ranks=True,
         )
     keys = shapes.keys() | here.keys()  # the shared parameters first, then the heads'
-    for key in sorted(keys, key=lambda k: (head_task(k) is not None, k)):
+    for key in sorted(keys, key=lambda k: (model.owner(k).task is not None, k)):
         if shapes.get(key) != here.get(key):
-            task = head_task(key)
-            what = "the encoder" if task is None else f"the head of task {task!r}"
+            task, part = model.owner(key)
+            what = "the encoder" if task is None else f"the {part} of task {task!r}"
             raise MtlError(
                 f"{option}: {what} differs from the checkpoint's ({key}: {_shape(shapes, key)}"
                 f" there, {_shape(here, key)} here); {fix}",

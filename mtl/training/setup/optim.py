@@ -6,8 +6,6 @@ from __future__ import annotations
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from mtl.models.multitask import head_task
-
 
 def build_optimizer(model, balancer, trainer, total_steps: int):
     """AdamW and its linear schedule (warmup `trainer.warmup_ratio` of `total_steps`). A
@@ -35,7 +33,7 @@ def param_groups(model, lr: float, head_lr: float, weight_decay: float) -> list[
     """Encoder and heads get their own learning rates; biases and norms no weight decay."""
     groups = {}
     for name, param in model.named_parameters():
-        is_head = head_task(name) is not None
+        is_head = model.owner(name).part == "head"
         no_decay = param.ndim < 2
         key = (is_head, no_decay)
         if key not in groups:
