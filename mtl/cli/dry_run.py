@@ -62,7 +62,7 @@ def sizes_and_options(pairs: dict[str, str], loader: type) -> tuple[dict[str, in
                 "are loader.<key>=<value>"
             )
         elif not value.isdigit():
-            if key in inspect.signature(loader).parameters:
+            if key in parameters(loader)[0]:
                 raise MtlError(
                     f"{key}={value}: a loader option is written loader.{key}={value} (a task's "
                     "size is <task>=<batches>)"

@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import netrc
 import os
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,22 +27,49 @@ HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 WANDB_HOST = "https://api.wandb.ai"
 
 
-def parameters(obj: Any) -> tuple[list[str], bool]:
-    """The keyword parameters `obj` (a class or function) takes, and whether it takes **kwargs."""
+# The arguments mtl passes itself when it builds a group's object: not config keys.
+GIVEN = {
+    "loader": ("loaders", "seed", "pad_token_id", "epochs"),
+    "sampler": ("lengths", "batch_size", "seed", "num_replicas", "rank"),
+    "balancer": ("tasks", "loss_weights", "regression"),
+}
+
+
+def keyword_parameters(obj: Any) -> tuple[dict[str, tuple[Any, Any]], bool]:
+    """{name: (type hint, default)} of the keyword parameters `obj` (a class or function)
+    takes, and whether it takes other keywords too (`**kwargs`). A `**<name>` whose keys are
+    the fields of the dataclass `obj.<name>_options` (a weighted loader's `**mixture`,
+    `mtl.loaders.weighted`) counts as those fields."""
     try:
         signature = inspect.signature(obj)
     except (TypeError, ValueError):
-        return [], True  # cannot tell: let the call decide
-    params = signature.parameters.values()
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return names, any(p.kind == p.VAR_KEYWORD for p in params)
+        return {}, True  # cannot tell: let the call decide
+    try:
+        hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+    except Exception:  # annotations that do not resolve: no types, the names still count
+        hints = {}
+    found, more = {}, False
+    for p in signature.parameters.values():
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            found[p.name] = (hints.get(p.name, Any), p.default)
+        elif p.kind == p.VAR_KEYWORD:
+            options = getattr(obj, f"{p.name}_options", None)
+            if not dataclasses.is_dataclass(options):
+                more = True
+                continue
+            typed = typing.get_type_hints(options)
+            for field in dataclasses.fields(options):
+                default = field.default
+                if default is dataclasses.MISSING:
+                    default = inspect.Parameter.empty
+                found.setdefault(field.name, (typed.get(field.name, Any), default))
+    return found, more
 
 
-# The arguments mtl passes itself when it builds a group's class (not for the config).
-PASSED = {
-    "loader": ("loaders", "seed", "pad_token_id"),
-    "sampler": ("lengths", "batch_size", "seed", "num_replicas", "rank"),
-}
+def parameters(obj: Any) -> tuple[list[str], bool]:
+    """The keyword parameters `obj` takes (`keyword_parameters`), and whether it takes others."""
+    found, more = keyword_parameters(obj)
+    return list(found), more
 
 
 def unknown_argument(key: str, obj: Any, group: str = "") -> str | None:
@@ -48,7 +77,7 @@ def unknown_argument(key: str, obj: Any, group: str = "") -> str | None:
     names, any_keyword = parameters(obj)
     if any_keyword or key in names:
         return None
-    names = [n for n in names if n not in PASSED.get(group, ())]
+    names = [n for n in names if n not in GIVEN.get(group, ())]
     name = getattr(obj, "__name__", repr(obj))
     return f"{did_you_mean(key, names)}{name} takes {', '.join(names) or 'no keyword arguments'}"
 

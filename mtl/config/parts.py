@@ -20,16 +20,12 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from mtl.balancers import DWA, Aggregate, Sum, Uncertainty
+from mtl.config.checks import GIVEN, keyword_parameters
 from mtl.loaders.mixup import MixupLoader
 from mtl.loaders.random import RandomLoader
 from mtl.loaders.round_robin import RoundRobinLoader
 from mtl.loaders.sequential import SequentialLoader
 from mtl.samplers import BlockShuffleBatchSampler, RandomBatchSampler, TokenBudgetBatchSampler
-
-# Arguments mtl passes itself when it builds the object; not config keys.
-LOADER_GIVEN = ("loaders", "seed", "pad_token_id", "epochs")
-SAMPLER_GIVEN = ("lengths", "batch_size", "seed", "num_replicas", "rank")
-BALANCER_GIVEN = ("tasks", "loss_weights", "regression")
 
 _PLAIN = (bool, int, float, str)
 
@@ -49,36 +45,36 @@ def _config_type(hint: Any) -> Any:
 
 def options_schema(cls: type, given: tuple[str, ...], *, partial: bool = False) -> type:
     """A dataclass of the options `cls`'s constructor takes from the config: every parameter
-    with a default except `given`, with its type and default as the signature states them.
-    `_target_` has no default (the YAML names the class); `partial`: also `_partial_: true`."""
-    hints = typing.get_type_hints(cls.__init__)
+    with a default except `given`, with its type and default as the signature states them
+    (`keyword_parameters`). `_target_` has no default (the YAML names the class); `partial`:
+    also `_partial_: true`."""
     fields: list[tuple] = [("_target_", str, MISSING)]
     if partial:
         fields.append(("_partial_", bool, True))
-    for p in inspect.signature(cls).parameters.values():
-        if p.name in given or p.default is inspect.Parameter.empty:
+    for name, (hint, default) in keyword_parameters(cls)[0].items():
+        if name in given or default is inspect.Parameter.empty:
             continue
-        fields.append((p.name, _config_type(hints.get(p.name, Any)), p.default))
+        fields.append((name, _config_type(hint), default))
     return make_dataclass(f"{cls.__name__}Options", fields)
 
 
 LOADER_AND_SAMPLER_SCHEMAS = {
-    "mixup_loader_schema": options_schema(MixupLoader, LOADER_GIVEN),
-    "random_loader_schema": options_schema(RandomLoader, LOADER_GIVEN),
-    "round_robin_loader_schema": options_schema(RoundRobinLoader, LOADER_GIVEN),
-    "sequential_loader_schema": options_schema(SequentialLoader, LOADER_GIVEN),
+    "mixup_loader_schema": options_schema(MixupLoader, GIVEN["loader"]),
+    "random_loader_schema": options_schema(RandomLoader, GIVEN["loader"]),
+    "round_robin_loader_schema": options_schema(RoundRobinLoader, GIVEN["loader"]),
+    "sequential_loader_schema": options_schema(SequentialLoader, GIVEN["loader"]),
     "block_shuffle_sampler_schema": options_schema(
-        BlockShuffleBatchSampler, SAMPLER_GIVEN, partial=True
+        BlockShuffleBatchSampler, GIVEN["sampler"], partial=True
     ),
-    "random_sampler_schema": options_schema(RandomBatchSampler, SAMPLER_GIVEN, partial=True),
+    "random_sampler_schema": options_schema(RandomBatchSampler, GIVEN["sampler"], partial=True),
     "token_budget_sampler_schema": options_schema(
-        TokenBudgetBatchSampler, SAMPLER_GIVEN, partial=True
+        TokenBudgetBatchSampler, GIVEN["sampler"], partial=True
     ),
 }
 
 BALANCER_SCHEMAS = {
-    "sum_balancer_schema": options_schema(Sum, BALANCER_GIVEN),
-    "uncertainty_balancer_schema": options_schema(Uncertainty, BALANCER_GIVEN),
-    "dwa_balancer_schema": options_schema(DWA, BALANCER_GIVEN),
-    "aggregate_balancer_schema": options_schema(Aggregate, BALANCER_GIVEN),
+    "sum_balancer_schema": options_schema(Sum, GIVEN["balancer"]),
+    "uncertainty_balancer_schema": options_schema(Uncertainty, GIVEN["balancer"]),
+    "dwa_balancer_schema": options_schema(DWA, GIVEN["balancer"]),
+    "aggregate_balancer_schema": options_schema(Aggregate, GIVEN["balancer"]),
 }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,41 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _temperature(value: Any, key: str) -> float:
+    if not _number(value) or not 0 < value < math.inf:
+        raise MtlError(f"{key}: got {value!r}; use a number > 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class MixtureOptions:
+    """A mixture's options (`loader.<key>`, see above): the same for every loader that mixes by
+    weights (`WeightedLoader`'s `**mixture`). What needs no task is checked here, once for
+    every such loader; the weights and caps of each task by `Mixture`."""
+
+    weighting: str | Mapping[str, float] = "proportional"
+    temperature: float = 2.0
+    temperature_end: float | None = None
+    shape: str = "linear"
+    size_cap: int | None = None
+    stages: list | None = None
+    max_passes: float | Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise MtlError(
+                f"shape: got {self.shape!r}; {did_you_mean(str(self.shape), SHAPES)}use one of "
+                f"{', '.join(SHAPES)}"
+            )
+        if self.temperature_end is not None:
+            _temperature(self.temperature_end, "temperature_end")
+        cap = self.size_cap
+        if cap is not None and (not isinstance(cap, (int, np.integer)) or isinstance(cap, bool)):
+            raise MtlError(f"size_cap: got {cap!r}; use an integer >= 1 or null (no cap)")
+        if cap is not None and cap < 1:
+            raise MtlError(f"size_cap: got {cap!r}; use an integer >= 1 or null (no cap)")
+
+
 class Mixture:
     """The task weights of a run over tasks `names` of `sizes` batches per pass (see above)."""
 
@@ -49,38 +85,29 @@ class Mixture:
         self,
         names: Sequence[str],
         sizes: np.ndarray,
+        options: MixtureOptions | None = None,
         *,
-        weighting: str | Mapping[str, float] = "proportional",
-        temperature: float = 2.0,
-        temperature_end: float | None = None,
-        shape: str = "linear",
-        size_cap: int | None = None,
-        stages: Sequence[Mapping[str, Any]] | None = None,
-        max_passes: float | Mapping[str, float] | None = None,
         epochs: int | None = None,
     ) -> None:
+        options = options or MixtureOptions()
         self.names, self.sizes = list(names), np.asarray(sizes, dtype=np.int64)
-        self.size_cap = size_cap
-        if shape not in SHAPES:
-            raise MtlError(
-                f"shape: got {shape!r}; {did_you_mean(str(shape), SHAPES)}use one of "
-                f"{', '.join(SHAPES)}"
-            )
-        self.shape = shape
+        self.size_cap = None if options.size_cap is None else int(options.size_cap)
+        self.shape = options.shape
         self.epochs = epochs
-        self.base = self._stage({"weighting": weighting, "temperature": temperature}, "")
-        if temperature_end is not None:
-            self._temperature(temperature_end, "temperature_end")
-        self.temperature_end = None if temperature_end is None else float(temperature_end)
-        self.stages = [self._stage(s, f"stages[{i}].") for i, s in enumerate(stages or [])]
+        self.base = self._stage(
+            {"weighting": options.weighting, "temperature": options.temperature}, ""
+        )
+        end = options.temperature_end
+        self.temperature_end = None if end is None else float(end)
+        self.stages = [self._stage(s, f"stages[{i}].") for i, s in enumerate(options.stages or [])]
         tempered = [s for s in (self.base, *self.stages) if s["weighting"] == "temperature"]
-        if temperature_end is not None and not tempered:
+        if end is not None and not tempered:
             raise MtlError(
-                f"temperature_end={temperature_end} moves the temperature of weighting="
+                f"temperature_end={end} moves the temperature of weighting="
                 "temperature, which this mixture does not use; give weighting=temperature, or "
                 "drop temperature_end"
             )
-        self.caps = self._caps(max_passes)
+        self.caps = self._caps(options.max_passes)
         if self.moves and not epochs:
             raise MtlError(
                 "weighting=annealed, temperature_end and stages change over the run: the loader "
@@ -94,11 +121,6 @@ class Mixture:
         """Whether the weights change over the run."""
         annealed = self.base["weighting"] == "annealed"
         return annealed or self.temperature_end is not None or bool(self.stages)
-
-    def _temperature(self, value: Any, key: str) -> float:
-        if not _number(value) or not 0 < value < math.inf:
-            raise MtlError(f"{key}: got {value!r}; use a number > 0")
-        return float(value)
 
     def _stage(self, stage: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(stage, Mapping):
@@ -125,7 +147,7 @@ class Mixture:
             raise MtlError(
                 f"{where}weighting: got {weighting!r}; use a name or a task -> weight mapping"
             )
-        temperature = self._temperature(stage.get("temperature", 2.0), f"{where}temperature")
+        temperature = _temperature(stage.get("temperature", 2.0), f"{where}temperature")
         return {"until": stage.get("until"), "weighting": weighting, "temperature": temperature}
 
     def _weights(self, weights: Mapping[str, float], key: str) -> dict[str, float]:
@@ -224,20 +246,16 @@ class Mixture:
         """The normalised weights at `step` of `epoch` (epochs of `length` steps, for stages)."""
         stage = self.base
         if self.stages:
-            stage = self.stages[self._stage_index(epoch * (length or 0) + step, length)]
+            stage = self.stages[self._stage_index(epoch * (length or 0) + step, length or 0)]
         w = self.stage_weights(stage, epoch)
         w = w / w.max()  # weights near the float maximum: their sum would overflow
         return w / w.sum()
 
-    def boundaries(self, length: int | None) -> list[int]:
-        """The global steps where each stage ends (the last: none)."""
+    def boundaries(self, length: int) -> list[int]:
+        """The global steps where each stage ends (the last: none), in epochs of `length`
+        steps (stages need a fixed length: `WeightedLoader.mix` says so)."""
         if not self.stages:
             return []
-        if length is None:
-            raise MtlError(
-                "loader.stages need epochs of a fixed number of steps: exhaust=each_once or "
-                "steps_per_epoch"
-            )
         total = length * self.epochs
         ends = []
         typed = []  # each end as the user wrote it: a step, or a fraction (and its step)
@@ -264,7 +282,7 @@ class Mixture:
             raise MtlError("stages: the last stage runs to the end; give it no until")
         return ends
 
-    def _stage_index(self, global_step: int, length: int | None) -> int:
+    def _stage_index(self, global_step: int, length: int) -> int:
         return int(np.searchsorted(self.boundaries(length), global_step, side="right"))
 
     # -- counts -------------------------------------------------------------------------------
@@ -276,7 +294,7 @@ class Mixture:
         one mixture, in order: the stretch's batches (`per_step` a step; `slots` in the epoch,
         the last step holding what is left) split by its weights, each task within its cap
         for the epoch (the mass of a capped task goes to the others)."""
-        ends = self.boundaries(length if self.stages else None)
+        ends = self.boundaries(length)
         start, stop = epoch * length, (epoch + 1) * length
         cuts = [start, *(e for e in ends if start < e < stop), stop]
         slots = length * per_step if slots is None else slots

@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from mtl.errors import MtlError
-from mtl.loaders.mixture import Mixture, fill
-from mtl.loaders.online import OnlineMixing
+from mtl.loaders.mixture import fill
 from mtl.loaders.weighted import WeightedLoader
+
+# Options that only a weighted mixup has: any of them given makes a mixup weighted.
+WEIGHTED_ONLY = ("temperature_end", "size_cap", "stages", "max_passes")
 
 
 def _pad_to(x: torch.Tensor, length: int, value: int) -> torch.Tensor:
@@ -88,17 +90,12 @@ class MixupLoader(WeightedLoader):
         pad_token_id: int = 0,
         weighting: str | Mapping[str, float] | None = None,
         batches_per_step: int | None = None,
-        temperature: float = 2.0,
-        temperature_end: float | None = None,
-        shape: str = "linear",
-        size_cap: int | None = None,
-        stages: list | None = None,
-        max_passes: float | Mapping[str, float] | None = None,
         epochs: int | None = None,
         online: Mapping[str, Any] | None = None,
+        **mixture: Any,
     ) -> None:
-        weighted = (batches_per_step, temperature_end, size_cap, stages, max_passes, online)
-        if weighting is None and any(option is not None for option in weighted):
+        weighted = [mixture.get(key) for key in WEIGHTED_ONLY]
+        if weighting is None and any(v is not None for v in (batches_per_step, online, *weighted)):
             weighting = "proportional"  # an option of the weighted mixup: from proportional
         if weighting is not None and exhaust is None and steps_per_epoch is None:
             exhaust = "each_once"
@@ -108,12 +105,11 @@ class MixupLoader(WeightedLoader):
         self.pad_token_id = int(pad_token_id)
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, list]] = {}
         if weighting is not None:
-            self._weigh(weighting, batches_per_step, online, temperature=temperature,
-                        temperature_end=temperature_end, shape=shape, size_cap=size_cap,
-                        stages=stages, max_passes=max_passes, epochs=epochs)  # fmt: skip
+            self._weigh(batches_per_step)
+            self.mix({**mixture, "weighting": weighting}, online, epochs)
 
-    def _weigh(self, weighting: Any, per_step: Any, online: Any, **mixture: Any) -> None:
-        """A weighted mixup: its mixture, `batches_per_step` and `loader.online`."""
+    def _weigh(self, per_step: Any) -> None:
+        """A weighted mixup's epochs and `batches_per_step`."""
         if self.steps_per_epoch is None and self.exhaust != "each_once":
             raise MtlError(
                 f"loader.exhaust={self.exhaust}: a weighted mixup has epochs of a fixed number "
@@ -127,9 +123,6 @@ class MixupLoader(WeightedLoader):
                 "per task)"
             )
         self.per_step = int(per_step)
-        self.mixture = Mixture(self.names, self.sizes, weighting=weighting, **mixture)
-        self.mixture.boundaries(self.fixed_length if mixture["stages"] else None)  # one line
-        self.online = None if online is None else OnlineMixing(self, online)
 
     @property
     def fixed_length(self) -> int | None:

@@ -8,8 +8,6 @@ from typing import Any
 import numpy as np
 
 from mtl.errors import MtlError
-from mtl.loaders.mixture import Mixture
-from mtl.loaders.online import OnlineMixing
 from mtl.loaders.weighted import WeightedLoader
 
 
@@ -38,7 +36,8 @@ class RandomLoader(WeightedLoader):
     switch at a loader step under the fixed-length epochs (each_once, steps_per_epoch);
     `max_passes` caps a task's passes per epoch under those and cycle_to_longest (a capped task
     is drawn no more once it reaches its cap). `epochs` (the run's; training gives
-    `trainer.epochs`) is needed by what moves. `online` ({policy, update_every, options}:
+    `trainer.epochs`) is needed by what moves. The mixture's options (`**mixture`) are
+    `mtl.loaders.mixture.MixtureOptions`'. `online` ({policy, update_every, options}:
     `mtl.loaders.online.OnlineMixing`): a policy's weights, redrawn during the epoch.
 
     Random: the task sequence of epoch e is drawn up front from `np.random.default_rng([seed,
@@ -51,41 +50,14 @@ class RandomLoader(WeightedLoader):
         loaders: Mapping[str, Iterable],
         *,
         seed: int = 0,
-        weighting: str | Mapping[str, float] = "proportional",
-        temperature: float = 2.0,
-        temperature_end: float | None = None,
-        shape: str = "linear",
-        size_cap: int | None = None,
-        stages: list | None = None,
-        max_passes: float | Mapping[str, float] | None = None,
         exhaust: str | None = None,
         steps_per_epoch: int | None = None,
         epochs: int | None = None,
         online: Mapping[str, Any] | None = None,
+        **mixture: Any,
     ) -> None:
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
-        if size_cap is not None and (
-            not isinstance(size_cap, (int, np.integer))
-            or isinstance(size_cap, bool)
-            or size_cap < 1
-        ):
-            raise MtlError(f"size_cap: got {size_cap!r}; use an integer >= 1 or null (no cap)")
-        self.mixture = Mixture(
-            self.names, self.sizes, weighting=weighting, temperature=temperature,
-            temperature_end=temperature_end, shape=shape,
-            size_cap=None if size_cap is None else int(size_cap), stages=stages,
-            max_passes=max_passes, epochs=epochs,
-        )  # fmt: skip
-        if stages and self.fixed_length is None:
-            raise MtlError(
-                f"loader.stages need epochs of a fixed number of steps (exhaust=each_once or "
-                f"steps_per_epoch), not exhaust={self.exhaust}"
-            )
-        if max_passes is not None and self.exhaust == "first":
-            raise MtlError(
-                "loader.max_passes: under exhaust=first no task makes a second pass; use "
-                "each_once, cycle_to_longest or steps_per_epoch"
-            )
+        self.mix(mixture, online, epochs)
         caps = self.mixture.caps
         if caps is not None and self.exhaust == "cycle_to_longest" and self.steps_per_epoch is None:
             longest = int(np.argmax(self.sizes * self.mixture.in_play()))
@@ -94,8 +66,6 @@ class RandomLoader(WeightedLoader):
                     f"loader.max_passes: task {self.names[longest]!r} ends each epoch after one "
                     "pass (exhaust=cycle_to_longest); give it at least 1"
                 )
-        self.mixture.boundaries(self.fixed_length if stages else None)  # one line if bad
-        self.online = None if online is None else OnlineMixing(self, online)
 
     @property
     def fixed_length(self) -> int | None:

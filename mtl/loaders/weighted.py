@@ -4,20 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
 from mtl.errors import MtlError
 from mtl.loaders.base import CompositeLoader
-from mtl.loaders.mixture import Mixture
+from mtl.loaders.mixture import Mixture, MixtureOptions
 from mtl.loaders.online import OnlineMixing
 
 
 class WeightedLoader(CompositeLoader):
     """What a loader that mixes by task weights shares (`RandomLoader`, and `MixupLoader` given
     a weighting): its `mixture` (None: it mixes without weights), `loader.online`, their
-    options, the logged weights and the state a resume needs.
+    options, the logged weights and the state a resume needs. A subclass takes the mixture's
+    options as `**mixture` (`mixture_options`' fields: the config's schema lists them) and
+    calls `mix` once its epochs are known.
 
     Its epochs of a fixed number of steps (`fixed_length`) are planned in slots, `per_step`
     task batches a step (1 for a RandomLoader): each stretch of steps with one mixture has its
@@ -27,6 +30,33 @@ class WeightedLoader(CompositeLoader):
     per_step = 1
     mixture: Mixture | None = None
     online: OnlineMixing | None = None
+    mixture_options = MixtureOptions  # what `**mixture` takes
+
+    def mix(self, mixture: Mapping[str, Any], online: Any, epochs: int | None) -> None:
+        """This loader's `mixture` from its options, and `loader.online`; each rule that joins
+        them to the loader's epochs here, once for every weighted loader."""
+        try:
+            options = self.mixture_options(**mixture)
+        except TypeError as err:  # a key the options do not have
+            raise MtlError(f"loader: {err}; its options are {self.option_names()}") from None
+        self.mixture = Mixture(self.names, self.sizes, options, epochs=epochs)
+        if options.stages and self.fixed_length is None:
+            raise MtlError(
+                f"loader.stages need epochs of a fixed number of steps (exhaust=each_once or "
+                f"steps_per_epoch), not exhaust={self.exhaust}"
+            )
+        if options.max_passes is not None and self.exhaust == "first":
+            raise MtlError(
+                "loader.max_passes: under exhaust=first no task makes a second pass; use "
+                "each_once, cycle_to_longest or steps_per_epoch"
+            )
+        if options.stages:
+            self.mixture.boundaries(self.fixed_length)  # one line for a bad `until`
+        self.online = None if online is None else OnlineMixing(self, online)
+
+    @classmethod
+    def option_names(cls) -> str:
+        return ", ".join(f.name for f in fields(cls.mixture_options))
 
     @property
     def fixed_length(self) -> int | None:

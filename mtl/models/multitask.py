@@ -115,9 +115,11 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         pad_token_id = getattr(config, "pad_token_id", None) or 0
         self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)
-        self._own_adapters(per_task_adapters)
+        self.own_adapters(per_task_adapters)
 
-    def _own_adapters(self, per_task: bool) -> None:
+    def own_adapters(self, per_task: bool) -> None:
+        """Record whether the encoder carries one adapter per task, and whose each adapter
+        parameter is (`owner`)."""
         self.per_task_adapters = per_task
         owner = adapter_tasks(self.encoder) if per_task else {}
         self.adapter_owner = {f"encoder.{name}": task for name, task in owner.items()}
@@ -126,7 +128,7 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         """Put a peft adapter (`config`) on the encoder, or with `per_task` one per task named
         by it, the encoder's own weights frozen (`model.peft`)."""
         self.encoder = add_adapter(self.encoder, config, list(self.heads) if per_task else None)
-        self._own_adapters(per_task)
+        self.own_adapters(per_task)
 
     def merged(self, task: str | None = None) -> MultiTaskModel:
         """This model when its encoder carries no adapter; else a copy whose encoder has the
@@ -135,7 +137,7 @@ class MultiTaskModel(ParameterGroups, nn.Module):
             return self
         merged = copy.deepcopy(self)  # the copy's own encoder to merge into; heads are small
         merged.encoder = merge_adapter(merged.encoder, task)
-        merged._own_adapters(False)
+        merged.own_adapters(False)
         return merged
 
     def encode(self, batch: Mapping, task: str | None = None, rows=None) -> torch.Tensor:

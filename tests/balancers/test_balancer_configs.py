@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from mtl.artifacts import config_dir
 from mtl.balancers import Balancer
 from mtl.config import validate
-from mtl.config.parts import BALANCER_GIVEN
+from mtl.config.checks import GIVEN
 from mtl.training.step import one_task_steps
 from tests.conftest import compose_config
 
@@ -41,7 +41,7 @@ def test_every_balancer_composes_with_its_class_defaults_and_builds(name):
     defaults = {
         p.name: p.default
         for p in inspect.signature(cls).parameters.values()
-        if p.name not in BALANCER_GIVEN and p.default is not p.empty
+        if p.name not in GIVEN["balancer"] and p.default is not p.empty
     }
     composed = OmegaConf.to_container(cfg.balancer)
     composed.pop("_target_")

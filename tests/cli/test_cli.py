@@ -67,7 +67,7 @@ def one_error_line(result: tuple[int, str]) -> str:
             "to Integer",
         ),
         (["trainer.epoch=1"], "unknown key trainer.epoch; did you mean epochs? TrainerConfig has"),
-        (["loader.nope=1"], "unknown key loader.nope; RandomLoaderOptions has _target_, weighting"),
+        (["loader.nope=1"], "unknown key loader.nope; RandomLoaderOptions has _target_, exhaust"),
         (["loader.weightin=1"], "unknown key loader.weightin; did you mean weighting?"),
         (["task=[a"], "cannot read the override 'task=[a'"),
         (["--config-name", "nope"], "no primary config 'nope'"),

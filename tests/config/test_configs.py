@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from mtl.artifacts import config_dir
-from mtl.config.parts import LOADER_GIVEN, SAMPLER_GIVEN
+from mtl.config.checks import GIVEN, keyword_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = config_dir()
@@ -62,10 +62,11 @@ def yaml_keys(group: str, name: str) -> dict[str, tuple[object, str]]:
 
 
 def class_defaults(group: str, target: str) -> dict[str, object]:
-    given = LOADER_GIVEN if group == "loader" else SAMPLER_GIVEN
-    parameters = inspect.signature(get_class(target)).parameters.values()
+    options = keyword_parameters(get_class(target))[0].items()
     return {
-        p.name: p.default for p in parameters if p.name not in given and p.default is not p.empty
+        name: default
+        for name, (_, default) in options
+        if name not in GIVEN[group] and default is not inspect.Parameter.empty
     }
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtl.errors import MtlError
-from mtl.loaders import RandomLoader
+from mtl.loaders import MixupLoader, RandomLoader
 
 sizes_st = st.dictionaries(st.sampled_from("abcd"), st.integers(1, 9), min_size=1, max_size=4)
 weighting_st = st.sampled_from(["proportional", "uniform", "temperature"])
@@ -181,9 +181,14 @@ def test_a_task_that_runs_out_restarts_with_a_fresh_shuffle(make_tasks, keys):
         ({"max_passes": 1, "weighting": {"a": 0, "b": 1}, "steps_per_epoch": 9}, "reached its cap"),
     ],
 )
-def test_bad_options_fail_at_construction(options, message):
+@pytest.mark.parametrize("loader", [RandomLoader, MixupLoader])
+def test_bad_options_fail_at_construction(loader, options, message):
+    """Each rule of a mixture's options holds for both loaders that mix by weights (a mixup
+    given any of them is weighted; its epochs are each_once or steps_per_epoch alone)."""
+    if loader is MixupLoader and "exhaust" in options:
+        pytest.skip("a weighted mixup refuses any exhaust but each_once")
     with pytest.raises(MtlError, match=message):
-        RandomLoader(stand_ins(a=2, b=3), **options).schedule(0)
+        loader(stand_ins(a=2, b=3), **options).schedule(0)
 
 
 @settings(max_examples=60, deadline=None)
