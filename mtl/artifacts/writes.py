@@ -185,11 +185,7 @@ def write_folder(path: str | Path, fill: Callable[[Path], None], **check: Any) -
         fill(tmp)
         ordinary_modes(tmp)
         _sync_tree(tmp)
-        if target.exists():
-            _swap(tmp, target)  # tmp now holds the old folder
-        else:
-            _rename_new(tmp, target)
-        fsync(target.parent)
+        put_in_place(tmp, target)  # tmp now holds the old folder, if there was one
     except Exception as err:  # asked while the part written still fills the disk
         if out_of_space(err, target.parent):
             raise no_space(target.parent, str(path)) from None
@@ -230,6 +226,17 @@ def write_file(
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def put_in_place(tmp: Path, target: Path) -> None:
+    """Folder `tmp` (complete, flushed) becomes `target` in one rename: a folder already at
+    `target` is exchanged with it (`tmp` then holds the old one, for the caller to delete), so
+    at no moment is `target` missing or half-written; then the names are flushed."""
+    if target.exists():
+        _swap(tmp, target)
+    else:
+        _rename_new(tmp, target)
+    fsync(target.parent)
 
 
 def _tmp_prefix(target: Path, pid: int) -> str:

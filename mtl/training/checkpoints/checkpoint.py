@@ -42,6 +42,7 @@ from mtl.artifacts import (
     no_space,
     ordinary_modes,
     out_of_space,
+    put_in_place,
     read_weights,
     resume_override,
 )
@@ -75,7 +76,7 @@ def save_checkpoint(
     `checkpoints/.tmp-step_<N>` (the main process its model, optimizer, scheduler, loader and
     counter files, each rank its `random_states_<rank>.pkl`); after a barrier the main process
     flushes the files, writes the marker `mtl_checkpoint.json` last and renames the folder to
-    `step_<N>`. A checkpoint of the same step already there is replaced (moved aside, then deleted),
+    `step_<N>`. A checkpoint of the same step already there is replaced (exchanged, then deleted),
     so at no moment is a `step_*` folder half-written. Then, with `keep_last=K`, only the K complete
     checkpoints of the highest steps are kept (always including this one; `trainer.keep_last`
     is checked with the config: `TrainerConfig`), and folders left by
@@ -102,7 +103,8 @@ def save_checkpoint(
             if description is not None:
                 (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
             _seal(tmp, step)
-        _put_in_place(tmp, final)
+        put_in_place(tmp, final)
+        shutil.rmtree(tmp, ignore_errors=True)  # the checkpoint of this step it replaced
         _prune(root, keep_last, final)
     accelerator.wait_for_everyone()
     return final
@@ -149,17 +151,6 @@ def _seal(folder: Path, step: int) -> None:
     fsync(folder)
 
 
-def _put_in_place(tmp: Path, final: Path) -> None:
-    """Rename `tmp` to `final`; a folder already at `final` is moved aside first and deleted."""
-    old = final.with_name(OLD_PREFIX + final.name)
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    fsync(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _prune(root: Path, keep_last: int | None, just_saved: Path) -> None:
     """Delete folders left by killed saves; with `keep_last`, the complete checkpoints beyond
     the `keep_last` highest steps. Incomplete `step_*` folders (no marker: copied by hand) are
@@ -198,7 +189,8 @@ def save_best(
             if description is not None:
                 (tmp / DESCRIPTION).write_text(json.dumps(description, indent=1))
             _seal(tmp, step)
-        _put_in_place(tmp, final)
+        put_in_place(tmp, final)
+        shutil.rmtree(tmp, ignore_errors=True)  # the best model it replaced
     accelerator.wait_for_everyone()
     return final
 
@@ -234,7 +226,8 @@ def carry_best(accelerator, source_run: Path | None, run_dir: Path, step: int | 
             tmp = final.with_name(TMP_PREFIX + final.name)
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(source, tmp)
-            _put_in_place(tmp, final)
+            put_in_place(tmp, final)
+            shutil.rmtree(tmp, ignore_errors=True)  # what was there before
     accelerator.wait_for_everyone()
 
 
