@@ -16,8 +16,8 @@ from omegaconf.errors import OmegaConfBaseException
 from mtl.artifacts import config_dir
 from mtl.builders.loaders import build_train_loaders
 from mtl.builders.tasks import build_tasks
-from mtl.cli.script import count
 from mtl.cli.composition import composition_error
+from mtl.cli.script import count
 from mtl.config import register_configs, validate
 from mtl.errors import MtlError
 from mtl.loaders.dry_run import dry_run, loader_class

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from mtl.errors import MtlError, did_you_mean
+from mtl.values import is_int
 
 EXHAUST_POLICIES = ("each_once", "first", "cycle_to_longest")
 
@@ -171,7 +172,7 @@ class CompositeLoader:
             if size < 1:
                 raise MtlError(f"task {name!r}: its loader yields no batches (len 0); check data")
             sizes.append(size)
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        if not is_int(seed) or seed < 0:
             raise MtlError(f"seed: got {seed!r}; use an integer >= 0")
         if steps_per_epoch is not None:
             if exhaust is not None:
@@ -179,8 +180,7 @@ class CompositeLoader:
                     f"exhaust={exhaust!r} and steps_per_epoch={steps_per_epoch!r}: set only one "
                     "(exhaust: null when steps_per_epoch is used)"
                 )
-            whole = isinstance(steps_per_epoch, (int, np.integer))
-            if not whole or isinstance(steps_per_epoch, bool) or steps_per_epoch < 1:
+            if not is_int(steps_per_epoch) or steps_per_epoch < 1:
                 raise MtlError(f"steps_per_epoch: got {steps_per_epoch!r}; use an integer >= 1")
             steps_per_epoch = int(steps_per_epoch)
         else:
@@ -297,7 +297,7 @@ class CompositeLoader:
         """Choose the epoch the next iteration yields. Setting the current epoch changes nothing
         (a resume position from `load_state_dict` is kept); another epoch starts at its step 0.
         Task pass counters are not reset: they persist over the whole run."""
-        if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise MtlError(f"epoch: got {epoch!r}; use an integer >= 0")
         if epoch != self._epoch:
             self._epoch, self._step, self._resume_step = int(epoch), 0, 0

@@ -17,6 +17,7 @@ import yaml
 from mtl.artifacts import config_dir
 from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.loaders.base import CompositeLoader
+from mtl.values import is_int
 
 
 def loader_class(name: str) -> type:
@@ -40,7 +41,7 @@ def dry_run(name: str, sizes: dict[str, int], *, epoch: int = 0, **options: Any)
     its data (batches / batches per pass; above 1 means it restarts with a fresh shuffle).
     """
     for task, n in sizes.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if not is_int(n) or n < 0:
             raise MtlError(f"task {task!r}: size {n!r}; give its number of batches as an int")
     loader = loader_class(name)({task: range(n) for task, n in sizes.items()}, **options)
     loader.set_epoch(epoch)

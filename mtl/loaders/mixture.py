@@ -34,17 +34,14 @@ from typing import Any
 import numpy as np
 
 from mtl.errors import MtlError, did_you_mean
+from mtl.values import is_int, is_number
 
 WEIGHTINGS = ("proportional", "uniform", "temperature", "annealed")
 SHAPES = ("linear", "cosine")
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
 def _temperature(value: Any, key: str) -> float:
-    if not _number(value) or not 0 < value < math.inf:
+    if not is_number(value) or not 0 < value < math.inf:
         raise MtlError(f"{key}: got {value!r}; use a number > 0")
     return float(value)
 
@@ -72,9 +69,7 @@ class MixtureOptions:
         if self.temperature_end is not None:
             _temperature(self.temperature_end, "temperature_end")
         cap = self.size_cap
-        if cap is not None and (not isinstance(cap, (int, np.integer)) or isinstance(cap, bool)):
-            raise MtlError(f"size_cap: got {cap!r}; use an integer >= 1 or null (no cap)")
-        if cap is not None and cap < 1:
+        if cap is not None and (not is_int(cap) or cap < 1):
             raise MtlError(f"size_cap: got {cap!r}; use an integer >= 1 or null (no cap)")
 
 
@@ -159,7 +154,7 @@ class Mixture:
             if name not in weights:
                 raise MtlError(f"{key}: no weight for task {name!r}; give one for every task")
             w = weights[name]
-            if not _number(w) or not 0 <= w < math.inf:
+            if not is_number(w) or not 0 <= w < math.inf:
                 raise MtlError(f"{key}: task {name!r} has weight {w!r}; use a number >= 0")
             checked[name] = float(w)
         if not any(checked.values()):
@@ -175,7 +170,7 @@ class Mixture:
         for name, value in given.items():
             if name not in self.names:
                 raise MtlError(f"max_passes: unknown task {name!r}; tasks are {self.names}")
-            if not _number(value) or not 0 < value:
+            if not is_number(value) or not 0 < value:
                 raise MtlError(
                     f"max_passes: task {name!r} has {value!r}; use a number of passes > 0 "
                     "(null: no cap)"
@@ -264,7 +259,7 @@ class Mixture:
             shown = f"{until} (step {round(until * total)})" if isinstance(until, float) else until
             if isinstance(until, float) and 0 < until <= 1:
                 until = round(until * total)
-            elif not isinstance(until, (int, np.integer)) or isinstance(until, bool) or until < 1:
+            elif not is_int(until) or until < 1:
                 raise MtlError(
                     f"stages[{i}].until: got {until!r}; give a loader step >= 1 or a fraction "
                     "of the run in (0, 1]"

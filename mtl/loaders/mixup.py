@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from mtl.errors import MtlError
 from mtl.loaders.mixture import fill
 from mtl.loaders.weighted import WeightedLoader
+from mtl.values import is_int
 
 # Options that only a weighted mixup has: any of them given makes a mixup weighted.
 WEIGHTED_ONLY = ("temperature_end", "size_cap", "stages", "max_passes")
@@ -100,7 +101,7 @@ class MixupLoader(WeightedLoader):
         if weighting is not None and exhaust is None and steps_per_epoch is None:
             exhaust = "each_once"
         super().__init__(loaders, seed=seed, exhaust=exhaust, steps_per_epoch=steps_per_epoch)
-        if not isinstance(pad_token_id, (int, np.integer)) or isinstance(pad_token_id, bool):
+        if not is_int(pad_token_id):
             raise MtlError(f"pad_token_id: got {pad_token_id!r}; use an integer token id")
         self.pad_token_id = int(pad_token_id)
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, list]] = {}
@@ -116,8 +117,7 @@ class MixupLoader(WeightedLoader):
                 "of steps; use exhaust=each_once or steps_per_epoch"
             )
         per_step = len(self.names) if per_step is None else per_step
-        whole = isinstance(per_step, (int, np.integer)) and not isinstance(per_step, bool)
-        if not whole or per_step < 1:
+        if not is_int(per_step) or per_step < 1:
             raise MtlError(
                 f"loader.batches_per_step: got {per_step!r}; give an integer >= 1 (null: one "
                 "per task)"

@@ -29,8 +29,9 @@ import numpy as np
 
 from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.loaders.mixture import fill
-from mtl.loaders.online_state import checked_state, number
+from mtl.loaders.online_state import checked_state
 from mtl.loaders.policies import POLICIES
+from mtl.values import is_int, is_number
 
 if TYPE_CHECKING:  # for the annotation only: the loader imports this module
     from mtl.loaders.weighted import WeightedLoader
@@ -77,7 +78,7 @@ def checked_weights(weights: Any, names: Sequence[str], step: int, policy: Any) 
     for i, name in enumerate(names):
         value = weights[name]
         try:
-            out[i] = float(value) if number(value) else math.nan
+            out[i] = float(value) if is_number(value) else math.nan
         except OverflowError:
             out[i] = math.inf
         if not math.isfinite(out[i]) or out[i] < 0:
@@ -115,7 +116,7 @@ class OnlineMixing:
                 "policy, update_every, options"
             )
         every = online.get("update_every")
-        if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
+        if not is_int(every) or every < 1:
             raise MtlError(f"loader.online.update_every: got {every!r}; give an integer >= 1")
         if loader.fixed_length is None or loader.mixture.moves:
             raise MtlError(

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mtl.errors import BadState
+from mtl.values import is_int, is_number
 
 
 def finite_figures(state: Any, key: str) -> dict[str, float]:
@@ -20,7 +21,7 @@ def finite_figures(state: Any, key: str) -> dict[str, float]:
         raise BadState(f"the policy's {key} are {value!r}, not {{task: number}}")
     out = {}
     for name, figure in value.items():
-        if not number(figure) or not math.isfinite(figure):
+        if not is_number(figure) or not math.isfinite(figure):
             raise BadState(f"the policy's {key} for task {name!r} is {figure!r}, not a number")
         out[str(name)] = float(figure)
     return out
@@ -29,7 +30,7 @@ def finite_figures(state: Any, key: str) -> dict[str, float]:
 def state_count(state: Any, key: str) -> int:
     """`state[key]` as an integer >= 0; `BadState` naming the key otherwise."""
     value = state.get(key) if isinstance(state, Mapping) else None
-    if not _integer(value) or value < 0:
+    if not is_int(value) or value < 0:
         raise BadState(f"{key} is {value!r}, not an integer >= 0")
     return int(value)
 
@@ -47,7 +48,7 @@ def checked_state(state: Any, n: int, slots: int) -> tuple[np.ndarray, int, dict
     if not isinstance(plan, Mapping) or not isinstance(plan.get("updates"), list):
         raise BadState(f"the plan is {plan!r}, not {{epoch, start, updates}}")
     epoch = plan.get("epoch")
-    if not _integer(epoch) or epoch < -1:
+    if not is_int(epoch) or epoch < -1:
         raise BadState(f"the plan's epoch is {epoch!r}, not an integer >= -1")
     start = plan.get("start")
     start = [] if epoch < 0 and start == [] else _weights(start, n, "start weights")
@@ -56,7 +57,7 @@ def checked_state(state: Any, n: int, slots: int) -> tuple[np.ndarray, int, dict
         if not isinstance(event, (list, tuple)) or len(event) != 3:
             raise BadState(f"an update of the plan is {event!r}, not [slot, number, weights]")
         at, index = event[0], event[1]
-        ok = _integer(at) and _integer(index)
+        ok = is_int(at) and is_int(index)
         if not (ok and last[0] <= at < slots and 0 < at and last[1] < index <= updates):
             raise BadState(
                 f"an update of the plan is at slot {at!r}, number {index!r}; the epoch has "
@@ -70,18 +71,9 @@ def checked_state(state: Any, n: int, slots: int) -> tuple[np.ndarray, int, dict
 def _weights(value: Any, n: int, what: str) -> list[float]:
     """`value` as the weights of `n` tasks, finite, >= 0 and summing to 1 (as `checked_weights`
     makes them), or `BadState` naming `what`."""
-    ok = isinstance(value, (list, tuple)) and len(value) == n and all(map(number, value))
+    ok = isinstance(value, (list, tuple)) and len(value) == n and all(map(is_number, value))
     if ok:
         ok = all(math.isfinite(v) and v >= 0 for v in value) and abs(sum(value) - 1) < 1e-6
     if not ok:
         raise BadState(f"the {what} are {value!r}, not {n} numbers >= 0 summing to 1")
     return [float(v) for v in value]
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def number(value: Any) -> bool:
-    """Whether `value` is a number (not a bool)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)

@@ -29,12 +29,13 @@ import numpy as np
 
 from mtl.errors import MtlError
 from mtl.loaders.online_state import finite_figures, state_count
+from mtl.values import is_number
 
 Figures = Mapping[str, Mapping[str, float]]
 
 
 def _positive(value: Any, key: str, *, zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not zero):
         need = ">= 0" if zero else "> 0"
         raise MtlError(f"loader.online.{key}: got {value!r}; give a number {need}")

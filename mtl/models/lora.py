@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from mtl.errors import MtlError, import_target
+from mtl.values import is_int, is_number
 
 INSTALL = 'install it with: pip install "mtl-train[peft]"'
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": None}
@@ -76,11 +77,11 @@ def check_peft(spec: Any) -> None:
         )
     given = {**LORA, **{k: v for k, v in spec.items() if k != PER_TASK}}
     r, alpha, dropout = given["r"], given["alpha"], given["dropout"]
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+    if not is_int(r) or r < 1:
         raise MtlError(f"model.peft.r={r!r} must be an integer >= 1")
-    if not _number(alpha) or not 0 < alpha < math.inf:
+    if not is_number(alpha) or not 0 < alpha < math.inf:
         raise MtlError(f"model.peft.alpha={alpha!r} must be a number > 0")
-    if not _number(dropout) or not 0 <= dropout < 1:
+    if not is_number(dropout) or not 0 <= dropout < 1:
         raise MtlError(f"model.peft.dropout={dropout!r} must be a number in [0, 1)")
     targets = given["target_modules"]
     names = [targets] if isinstance(targets, str) else targets
@@ -91,10 +92,6 @@ def check_peft(spec: Any) -> None:
             f"model.peft.target_modules={targets!r} must be a module name or a list of them "
             "(query, [query, value]), or null for peft's defaults"
         )
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def per_task(spec: Any) -> bool:

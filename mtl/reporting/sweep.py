@@ -46,6 +46,7 @@ from omegaconf import DictConfig
 from mtl.artifacts import resume_override, write_file
 from mtl.errors import MtlError, env_rank
 from mtl.training.launch.distributed import LAUNCH_TIME_ENV, launch_time
+from mtl.values import is_number
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class SweepSummary(Callback):
             outcome["error"] = first_line(_job_error(job_return))
         else:
             value = job_return.return_value
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_number(value):
                 outcome["returned"] = float(value)
         if job_return.status == JobStatus.COMPLETED and not (job_dir / "results.json").is_file():
             # mtl stopped by SIGTERM/SIGUSR1 returns normally, with a checkpoint and no results
@@ -402,7 +403,7 @@ def _read_yaml(path: Path) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def _median(values) -> float | None:  # noqa: ANN001

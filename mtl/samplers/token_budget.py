@@ -9,6 +9,7 @@ import numpy as np
 
 from mtl.errors import MtlError
 from mtl.samplers.base import BaseBatchSampler
+from mtl.values import is_int
 
 
 def sort_chunks_longest_first(key: np.ndarray, chunk: int) -> np.ndarray:
@@ -112,11 +113,7 @@ class TokenBudgetBatchSampler(BaseBatchSampler):
             rank=rank,
         )
         self.batch_size: int | None = None if batch_size is None else self.batch_size
-        if (
-            not isinstance(max_tokens, (int, np.integer))
-            or isinstance(max_tokens, bool)
-            or max_tokens < 1
-        ):
+        if not is_int(max_tokens) or max_tokens < 1:
             raise MtlError(f"max_tokens: got {max_tokens!r}; use an integer >= 1")
         if sort_bs_num is not None and (
             not isinstance(sort_bs_num, (int, np.integer)) or sort_bs_num < 1

@@ -21,6 +21,7 @@ from torch import nn
 from mtl.batching import TaskCollator, TokenizedSplit
 from mtl.errors import MtlError, import_target
 from mtl.task_types.metrics import Metric, as_metric
+from mtl.values import is_int
 
 
 @dataclass
@@ -277,7 +278,7 @@ def label_id(label: Any, ids: dict[str, int], n: int, where: str) -> int:
     if isinstance(label, str):
         if label in ids:
             return ids[label]
-    elif isinstance(label, (int, np.integer)) and not isinstance(label, bool) and 0 <= label < n:
+    elif is_int(label) and 0 <= label < n:
         return int(label)
     raise MtlError(
         f"{where}: label {label!r} is not one of {list(ids)} (or an id in 0..{n - 1}); "
@@ -300,7 +301,7 @@ def names_from_values(values: Sequence[Any], where: str) -> list[str]:
     """Sorted distinct names, or "0".."max" for integer ids."""
     if all(isinstance(v, str) for v in values):
         return sorted(set(values))
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
+    if all(is_int(v) and v >= 0 for v in values):
         return [str(i) for i in range(int(max(values)) + 1)]
     raise MtlError(
         f"{where}: labels must be all names (str) or all ids (int >= 0); give label_names"

@@ -33,6 +33,7 @@ from mtl.batching import (
 from mtl.errors import MtlError
 from mtl.models.heads import MultipleChoiceHead, TransformersModel, by_example
 from mtl.task_types.base import TaskConfig, TaskType, softmax
+from mtl.values import is_int
 
 
 @dataclass
@@ -276,7 +277,7 @@ def _check_choices(choices: Any, context: str, column: str, where: str) -> None:
 
 
 def _choice_index(label: Any, n: int, context: str, where: str) -> int:
-    if isinstance(label, (int, np.integer)) and not isinstance(label, bool) and 0 <= label < n:
+    if is_int(label) and 0 <= label < n:
         return int(label)
     raise MtlError(
         f"{where}: the row {context[:40]!r}... has label {label!r}, not a choice index in "

@@ -24,6 +24,7 @@ import mtl.task_types.metrics as metrics
 from mtl.errors import MtlError
 from mtl.models.heads import QuestionAnsweringHead, TransformersModel
 from mtl.task_types.base import TaskConfig, TaskType
+from mtl.values import is_int
 
 NO_ANSWER = (0, 0)  # start and end at [CLS], the first token
 OUTSIDE = -1  # the character offset stored for a token outside the context
@@ -256,7 +257,7 @@ def gold_answers(cell: Any, context: str, column: str, where: str) -> tuple[list
         and _is_list(starts)
         and len(texts) == len(starts)
         and all(isinstance(t, str) and t for t in texts)
-        and all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in starts)
+        and all(is_int(s) for s in starts)
     ):
         raise MtlError(
             f"{where}: the {column!r} cell {_short(cell)} is not in the SQuAD form; give "

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from mtl.errors import BadState
+from mtl.values import is_int, is_number
 
 
 class TrainState:
@@ -102,7 +103,7 @@ def check_window(window: Any, n: int, which: str = "online-mixing") -> None:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def _anything(value: float) -> bool:
@@ -115,7 +116,7 @@ def _counted(value: float) -> bool:
 
 def _number(value: Any, ok=_counted) -> bool:
     """Whether `value` is a number (not a bool) for which `ok` holds (default: finite, >= 0)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and ok(value)
+    return is_number(value) and ok(value)
 
 
 def _numbers(values: Any, n: int, ok=_counted) -> bool:
