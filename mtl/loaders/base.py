@@ -1,4 +1,4 @@
-"""Shared machinery of the composite (multi-task) loaders: validation, schedule, resume, stats.
+"""Shared machinery of the composite (multi-task) loaders: validation, schedule, resume.
 
 A composite loader wraps one loader per task (a `DataLoader` with a sized batch sampler) and
 yields one batch per step. Which task(s) feed step `i` of epoch `e` is fixed in advance by
@@ -14,7 +14,7 @@ pass is a fresh shuffle. Batches are never cached or cycled. The pass counter pe
 epochs; with `exhaust` policies every task starts a new pass at the start of each epoch, with
 `steps_per_epoch` tasks continue where they stopped.
 
-Resume. `state_dict()` holds (epoch, step, every cursor at the start of the epoch, stats).
+Resume. `state_dict()` holds (epoch, step, every cursor at the start of the epoch).
 `load_state_dict` counts each task's batches in `schedule(epoch)[:step]` to place its cursor,
 then opens the task at (pass, position): through `batch_sampler.set_start(position)` when the
 sampler has it (no data loaded), otherwise by drawing and discarding `position` batches.
@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
 from mtl.errors import MtlError, did_you_mean
 from mtl.values import is_int
@@ -106,25 +105,6 @@ class TaskStream:
         return iterator
 
 
-def count_batch(batch: Any) -> tuple[int, int]:
-    """(examples, non-pad tokens) of a batch dict; zeros for anything else.
-
-    Tokens: the batch's `num_tokens` (a plain int the mtl collators put there), else the sum of
-    `attention_mask`, else the number of `input_ids`."""
-    if not isinstance(batch, dict) and not isinstance(batch, Mapping):
-        return 0, 0
-    ids = batch.get("input_ids")
-    is_tensor = isinstance(ids, torch.Tensor)
-    examples = ids.shape[0] if is_tensor and ids.ndim else 0
-    tokens = batch.get("num_tokens")
-    if tokens is not None:
-        return examples, int(tokens)
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor):
-        return examples, int(mask.sum())
-    return examples, ids.numel() if is_tensor else 0
-
-
 class CompositeLoader:
     """Base class: one batch per step from a fixed, seeded schedule over several task loaders.
 
@@ -132,8 +112,8 @@ class CompositeLoader:
     step), or a 2-D array [step, task], bool or counts of batches (several tasks per step,
     merged by `combine`, which such a subclass implements). It may set `exhaust_choices` (the
     first is the default) and extend `options()`. Everything else comes from here: exact
-    `len()`, `state_dict`/resume, per-task passes with a fresh shuffle each, per-task `stats`
-    and `target_shares()`.
+    `len()`, `state_dict`/resume, per-task passes with a fresh shuffle each and
+    `target_shares()`.
 
     - `loaders`: task name -> loader with `len()` (batches per pass) > 0, in a fixed order.
     - `seed`: seeds every random choice, together with the epoch (never the global RNG).
@@ -204,23 +184,6 @@ class CompositeLoader:
         self._step = 0  # batches yielded in this epoch
         self._resume_step = 0  # where the next iteration starts (set by load_state_dict)
         self._schedules: dict[int, np.ndarray] = {}
-        self._tallies = [[0, 0, 0] for _ in self.names]  # per task: batches, examples, tokens
-
-    @property
-    def stats(self) -> dict[str, dict[str, int]]:
-        """Per task, cumulative over the run (and saved for resume): batches it supplied,
-        examples in them and their non-pad tokens (see `count_batch`). A fresh dict each call."""
-        return {
-            name: {"batches": b, "examples": e, "tokens": k}
-            for name, (b, e, k) in zip(self.names, self._tallies, strict=True)
-        }
-
-    @stats.setter
-    def stats(self, stats: Mapping[str, Mapping[str, int]]) -> None:
-        self._tallies = [
-            [int(stats[n]["batches"]), int(stats[n]["examples"]), int(stats[n]["tokens"])]
-            for n in self.names
-        ]
 
     # -- what a subclass implements ---------------------------------------------------------------
 
@@ -334,18 +297,7 @@ class CompositeLoader:
             stream.place(cursor)
         self._step = start
         # The hot loop: plain ints and lists, no per-step numpy scalars or dict updates.
-        next_batch = [stream.next_batch for stream in self._streams]
-        tallies = self._tallies
-
-        def taken(t: int) -> Any:
-            batch = next_batch[t]()
-            examples, tokens = count_batch(batch)
-            tally = tallies[t]
-            tally[0] += 1
-            tally[1] += examples
-            tally[2] += tokens
-            return batch
-
+        taken = [stream.next_batch for stream in self._streams]
         flat = schedule.ndim == 1  # one task's batch per step; else several, merged by combine
         step = start
         while step < len(schedule):
@@ -353,9 +305,9 @@ class CompositeLoader:
             rows = schedule[step:].tolist() if flat else _step_tasks(schedule[step:])
             for tasks in rows:
                 if flat:
-                    batch = taken(tasks)
+                    batch = taken[tasks]()
                 else:
-                    batch = self.combine(epoch, step, [(t, taken(t)) for t in tasks])
+                    batch = self.combine(epoch, step, [(t, taken[t]()) for t in tasks])
                 step += 1
                 self._step = step
                 yield batch
@@ -366,7 +318,7 @@ class CompositeLoader:
         self._epoch, self._step = epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Resume point as plain Python types (json-able): epoch, step, cursors, stats, options.
+        """Resume point as plain Python types (json-able): epoch, step, cursors, options.
 
         `step` is the number of batches the latest iteration has yielded in this epoch. Taken
         after the last batch of an epoch (step = len), the resumed loader's next iteration yields
@@ -380,7 +332,6 @@ class CompositeLoader:
                 name: {"batches_per_pass": int(size), "pass": int(p), "position": int(pos)}
                 for name, size, (p, pos) in zip(self.names, self.sizes, self._carry, strict=True)
             },
-            "stats": self.stats,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -406,7 +357,6 @@ class CompositeLoader:
             raise MtlError(f"loader state: step {step} is outside epoch {epoch}")
         self._epoch, self._step, self._resume_step = epoch, step, step
         self._carry = [(int(t["pass"]), int(t["position"])) for t in tasks.values()]
-        self.stats = state["stats"]
 
 
 def _step_tasks(rows: np.ndarray) -> list[list[int]]:

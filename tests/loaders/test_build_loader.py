@@ -1,15 +1,11 @@
 """Composite loaders as training builds them (`loader=<name>`), dry_run, and the checks and
 counters every composite loader shares."""
 
-from types import MappingProxyType
-
 import pytest
-import torch
 
 from mtl.artifacts import config_dir
 from mtl.errors import MtlError
 from mtl.loaders import MixupLoader, RandomLoader, RoundRobinLoader, SequentialLoader, dry_run
-from mtl.loaders.base import count_batch
 
 # The options of the `loader` group: the files of mtl's conf/loader/.
 LOADER_NAMES = sorted(path.stem for path in (config_dir() / "loader").glob("*.yaml"))
@@ -82,18 +78,6 @@ def test_dry_run_summarises_one_epoch():
         dry_run("random", {"a": 0, "b": 2})
 
 
-def test_stats_count_batches_examples_and_real_tokens(make_tasks):
-    loader = RoundRobinLoader(make_tasks({"a": 5, "b": 2}, 2))
-    list(loader)
-    # example i has 1 + i % 4 tokens: a has 1+2+3+4+1 = 11, b has 1+2 = 3
-    assert loader.stats == {
-        "a": {"batches": 3, "examples": 5, "tokens": 11},
-        "b": {"batches": 1, "examples": 2, "tokens": 3},
-    }
-    list(loader)
-    assert loader.stats["a"]["batches"] == 6  # cumulative over epochs
-
-
 def test_epochs_advance_only_after_a_completed_iteration(make_tasks, keys):
     loader = SequentialLoader(make_tasks({"a": 4, "b": 2}), seed=0)
     first = next(iter(loader))
@@ -114,25 +98,10 @@ def test_target_shares_add_up_to_one(make_tasks, build_loader, name):
     assert sum(shares.values()) == pytest.approx(1.0)
 
 
-def test_token_count_prefers_the_collators_num_tokens():
-    ids = torch.ones(2, 4, dtype=torch.long)
-    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
-    assert count_batch({"input_ids": ids, "attention_mask": mask, "num_tokens": 7}) == (2, 7)
-    assert count_batch({"input_ids": ids, "attention_mask": mask}) == (2, 5)  # foreign loader
-    assert count_batch({"input_ids": ids}) == (2, 8)
-    assert count_batch(MappingProxyType({"input_ids": ids, "attention_mask": mask})) == (2, 5)
-    assert count_batch([ids]) == (0, 0)
-
-
-@pytest.mark.parametrize("name", ["round_robin", "mixup"])
-def test_stats_read_num_tokens_when_the_batches_have_it(make_tasks, build_loader, name):
+def test_a_mixed_batch_sums_its_task_batches_num_tokens(make_tasks, build_loader):
     tasks = make_tasks({"a": 5, "b": 2}, 2)
     for loader in tasks.values():
         collate = loader.collate_fn
         loader.collate_fn = lambda rows, collate=collate: {**collate(rows), "num_tokens": 100}
-    loader = build_loader(name, tasks, **({"exhaust": "each_once"} if name == "mixup" else {}))
-    batches = list(loader)
-    assert loader.stats["a"] == {"batches": 3, "examples": 5, "tokens": 300}
-    assert loader.stats["b"] == {"batches": 1, "examples": 2, "tokens": 100}
-    if name == "mixup":  # the merged batch sums its task batches' counts
-        assert [b["num_tokens"] for b in batches] == [200, 100, 100]
+    batches = list(build_loader("mixup", tasks, exhaust="each_once"))
+    assert [b["num_tokens"] for b in batches] == [200, 100, 100]

@@ -57,7 +57,6 @@ def test_resume_at_every_step(
     resumed.load_state_dict(state)
     assert keys(resumed) == full[k:]  # empty for k = len: that iteration completes the epoch
     assert keys(resumed) == following
-    assert resumed.stats == loader.stats
     assert resumed.epoch == loader.epoch == epoch + 2
 
 

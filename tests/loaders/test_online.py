@@ -232,9 +232,14 @@ def test_bad_online_options_are_one_line(options, says):
 
 def test_a_static_loaders_state_is_as_before_online_mixing_existed():
     """Checkpoints saved before `loader.online` hold loader options without it: a static
-    loader's options and state keep that shape, so those checkpoints still resume."""
-    state = RandomLoader({"a": range(4), "b": range(3)}, seed=2).state_dict()
-    assert set(state) == {"options", "epoch", "step", "tasks", "stats"}
+    loader's options and state keep that shape, so those checkpoints still resume (their
+    per-task `stats`, no longer kept, are passed over)."""
+    loader = RandomLoader({"a": range(4), "b": range(3)}, seed=2)
+    state = loader.state_dict()
+    assert set(state) == {"options", "epoch", "step", "tasks"}
+    older = {**state, "step": 2, "stats": {"a": {"batches": 1, "examples": 1, "tokens": 1}}}
+    loader.load_state_dict(older)
+    assert loader.state_dict() == {**state, "step": 2}
     assert set(state["options"]) == {
         "loader", "seed", "exhaust", "steps_per_epoch", "weighting", "temperature",
         "temperature_end", "shape", "size_cap", "stages", "max_passes",

@@ -4,6 +4,10 @@ The file is a 7-byte header (`:W&B`, a 2-byte magic, a version byte), then recor
 LevelDB's log format: 32 KiB blocks, each chunk with a 7-byte header (crc32, little-endian
 length, type: 1 full, 2 first, 3 middle, 4 last). Payloads are `wandb_internal_pb2.Record`
 messages; `history` records hold the items of one `log` call.
+
+A resume reads them (`mtl.training.tracking.history.wandb_seen_step`) to send W&B only the rows
+it does not hold yet: wandb's Python package no longer reads its run files (its Go core does),
+and an offline run has no server to ask (`run.starting_step` is the server's answer).
 """
 
 from __future__ import annotations
@@ -45,19 +49,6 @@ def records(path: str | Path) -> list[bytes]:
             out.append(pending + chunk)
             pending = b""
     return out
-
-
-def record_types(path: str | Path) -> dict[str, int]:
-    """How many records of each type the file holds (for diagnosing a run file)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    counts: dict[str, int] = {}
-    for payload in records(path):
-        record = pb.Record()
-        record.ParseFromString(payload)
-        kind = record.WhichOneof("record_type") or "?"
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
 
 
 def read_history(path: str | Path) -> list[dict]:
