@@ -18,16 +18,38 @@ COMMAND = Command(
     ),
     arguments="a run folder and an optional out folder",
     options=(
-        Option("overwrite", "false", "replace an existing out that is not an earlier export",
-               False, flag),
-        Option("standard", "false", "also write <out>/<task>/, a transformers model per task",
-               False, flag),
-        Option("merge", "false", "model.peft runs: the shared adapter merged into the encoder, "
-               "or with one per task <out>/<task>/ with its adapter merged", False, flag),
-        Option("trust_custom_code", "false", "allow task types, heads and metrics that are not "
-               "mtl's own (their code is imported and run)", False, flag),
+        Option(
+            "overwrite",
+            "false",
+            "replace an existing out that is not an earlier export",
+            False,
+            flag,
+        ),
+        Option(
+            "standard",
+            "false",
+            "also write <out>/<task>/, a transformers model per task",
+            False,
+            flag,
+        ),
+        Option(
+            "merge",
+            "false",
+            "model.peft runs: the shared adapter merged into the encoder, "
+            "or with one per task <out>/<task>/ with its adapter merged",
+            False,
+            flag,
+        ),
+        Option(
+            "trust_custom_code",
+            "false",
+            "allow task types, heads and metrics that are not "
+            "mtl's own (their code is imported and run)",
+            False,
+            flag,
+        ),
     ),
-)  # fmt: skip
+)
 
 
 @one_line_errors

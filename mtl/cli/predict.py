@@ -15,20 +15,39 @@ COMMAND = Command(
     summary="A trained model's predictions for the rows of a file: each input row plus "
     "prediction and score (<task>.prediction, <task>.score with several tasks).",
     options=(
-        Option("model", "<run or export folder>", "the trained model: an export, a run folder "
-               "or one of its checkpoints", REQUIRED),
+        Option(
+            "model",
+            "<run or export folder>",
+            "the trained model: an export, a run folder or one of its checkpoints",
+            REQUIRED,
+        ),
         Option("task", "<name or [a,b]>", "the tasks to predict", REQUIRED, names),
-        Option("input", "<file or ->", "the rows: jsonl, json, csv, tsv, parquet or txt "
-               "(optionally compressed); - reads jsonl from stdin", REQUIRED),
-        Option("output", "<file or ->", "where the rows go: .jsonl/.json, .csv or .tsv; - "
-               "writes jsonl to stdout", REQUIRED),
+        Option(
+            "input",
+            "<file or ->",
+            "the rows: jsonl, json, csv, tsv, parquet or txt "
+            "(optionally compressed); - reads jsonl from stdin",
+            REQUIRED,
+        ),
+        Option(
+            "output",
+            "<file or ->",
+            "where the rows go: .jsonl/.json, .csv or .tsv; - writes jsonl to stdout",
+            REQUIRED,
+        ),
         Option("batch_size", "32", "rows per forward call", 32, count),
         Option("overwrite", "false", "replace an existing output file", False, flag),
-        Option("trust_custom_code", "false", "allow task types, heads and metrics that are not "
-               "mtl's own (their code is imported and run)", False, flag),
+        Option(
+            "trust_custom_code",
+            "false",
+            "allow task types, heads and metrics that are not "
+            "mtl's own (their code is imported and run)",
+            False,
+            flag,
+        ),
     ),
     notes="The output is written whole or not at all; bad input writes nothing.",
-)  # fmt: skip
+)
 
 
 @one_line_errors

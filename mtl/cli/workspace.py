@@ -15,17 +15,30 @@ COMMAND = Command(
     options=(
         Option("entity", "<entity>", "the W&B entity (user or team)", REQUIRED),
         Option("project", "<project>", "the W&B project", REQUIRED),
-        Option("run", "<folder>", "a run or sweep folder: its tasks, metrics and swept "
-               "parameters (reads .hydra/)"),
+        Option(
+            "run",
+            "<folder>",
+            "a run or sweep folder: its tasks, metrics and swept parameters (reads .hydra/)",
+        ),
         Option("tasks", "<[a,b]>", "the task names alone, instead of run=", None, names),
-        Option("params", "<[a.b,c]>", "the swept config keys (default: those of the sweep, "
-               "else loader._target_, sampler._target_, trainer.lr)", None, names),
-        Option("monitor", "<key>", "the key sweeps optimize, e.g. eval/<task>/<metric> "
-               "(default: the run's results.json, else each task's main metric)"),
+        Option(
+            "params",
+            "<[a.b,c]>",
+            "the swept config keys (default: those of the sweep, "
+            "else loader._target_, sampler._target_, trainer.lr)",
+            None,
+            names,
+        ),
+        Option(
+            "monitor",
+            "<key>",
+            "the key sweeps optimize, e.g. eval/<task>/<metric> "
+            "(default: the run's results.json, else each task's main metric)",
+        ),
         Option("name", "mtl", "the workspace's name", "mtl"),
         Option("dry_run", "false", "print the spec as JSON; touches no network", False, flag),
     ),
-)  # fmt: skip
+)
 
 
 @one_line_errors

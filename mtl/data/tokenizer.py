@@ -89,8 +89,13 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
     }
     backend = tokenizer.backend_tokenizer  # its truncation and padding are set by each call
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for part in (backend.model, backend.normalizer, backend.pre_tokenizer,
-                 backend.post_processor, backend.decoder):  # fmt: skip
+    for part in (
+        backend.model,
+        backend.normalizer,
+        backend.pre_tokenizer,
+        backend.post_processor,
+        backend.decoder,
+    ):
         digest.update(pickle.dumps(part))
     added = sorted((i, str(token)) for i, token in tokenizer.added_tokens_decoder.items())
     digest.update(repr(added).encode())

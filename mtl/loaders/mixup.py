@@ -259,8 +259,11 @@ class MixupLoader(WeightedLoader):
                 continue
             length = max(part["input_ids"].shape[1] for part in parts)
             batch: dict[str, Any] = {}
-            for key, pad in (("input_ids", self.pad_token_id), ("attention_mask", 0),
-                             ("token_type_ids", 0)):  # fmt: skip
+            for key, pad in (
+                ("input_ids", self.pad_token_id),
+                ("attention_mask", 0),
+                ("token_type_ids", 0),
+            ):
                 if all(key in part for part in parts):
                     batch[key] = torch.cat([_pad_to(part[key], length, pad) for part in parts])
             labels = [

@@ -222,8 +222,12 @@ class OnlineMixing:
 
     def state_dict(self) -> dict[str, Any]:
         state = getattr(self.policy, "state_dict", dict)()
-        return {"weights": self.weights.tolist(), "updates": self.updates, "plan": self.plan,
-                "policy": state}  # fmt: skip
+        return {
+            "weights": self.weights.tolist(),
+            "updates": self.updates,
+            "plan": self.plan,
+            "policy": state,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """The state `state_dict` saved, checked first (`checked_state`: `BadState` naming

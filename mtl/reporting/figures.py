@@ -135,8 +135,16 @@ def shares_figure(rows: list[dict], tasks: list[str]) -> Figure:
     fig, axes = grid(len(tasks), "Task shares of the batches (rows for mixup) against the target")
     for ax, task in zip(axes, tasks, strict=True):
         steps, window = series(rows, f"share/{task}")
-        ax.plot(steps, window, ls="none", marker="o", ms=3, alpha=0.4, color="tab:blue",
-                label="logged window")  # fmt: skip
+        ax.plot(
+            steps,
+            window,
+            ls="none",
+            marker="o",
+            ms=3,
+            alpha=0.4,
+            color="tab:blue",
+            label="logged window",
+        )
         ax.plot(*series(rows, f"share_total/{task}"), color="tab:blue", lw=2, label="since start")
         planned_steps, planned = series(rows, f"share_target_total/{task}")
         if planned:  # the target over the same span as the line beside it
@@ -161,11 +169,22 @@ def mixing_figure(rows: list[dict], tasks: list[str]) -> Figure:
     loss, dev_gap's gap) and the weight it gave (right-hand axis)."""
     fig, axes = grid(len(tasks), "Online mixing: the policy's figure per task and its weight")
     for ax, task in zip(axes, tasks, strict=True):
-        lines = ax.plot(*series(rows, f"mix_policy/{task}"), marker=".", ms=4, lw=1.2,
-                        color="tab:orange", label="policy's figure")  # fmt: skip
+        lines = ax.plot(
+            *series(rows, f"mix_policy/{task}"),
+            marker=".",
+            ms=4,
+            lw=1.2,
+            color="tab:orange",
+            label="policy's figure",
+        )
         right = ax.twinx()
-        lines += right.plot(*series(rows, f"mix_weight/{task}"), color="tab:green", ls=":",
-                            lw=1.5, label="mix weight")  # fmt: skip
+        lines += right.plot(
+            *series(rows, f"mix_weight/{task}"),
+            color="tab:green",
+            ls=":",
+            lw=1.5,
+            label="mix weight",
+        )
         right.set_ylim(-0.02, 1.02)
         right.set_ylabel("weight")
         ax.set_title(task)
@@ -195,11 +214,17 @@ def dev_figure(rows: list[dict], evals: dict[str, list[str]], higher: dict[str, 
             on = right if right is not None and metric in lower else ax
             steps, values = series(rows, f"eval/{task}/{metric}")
             label = f"{metric} (lower is better{', right' if on is right else ''})"
-            lines += on.plot(steps, values, ms=4, lw=1.2, color=f"C{i}",
-                             marker="s" if metric in lower else "o",
-                             mfc="none" if metric in lower else None,
-                             ls="--" if metric in lower else "-",
-                             label=label if metric in lower else metric)  # fmt: skip
+            lines += on.plot(
+                steps,
+                values,
+                ms=4,
+                lw=1.2,
+                color=f"C{i}",
+                marker="s" if metric in lower else "o",
+                mfc="none" if metric in lower else None,
+                ls="--" if metric in lower else "-",
+                label=label if metric in lower else metric,
+            )
         if right is not None:  # the main metrics over the right-hand axis, not under it
             ax.set_zorder(right.get_zorder() + 1)
             ax.patch.set_visible(False)
@@ -300,8 +325,13 @@ def monitor_figure(
     y = list(range(len(labels)))
     ax.barh(y, [0 if math.isnan(v) else v for v in values], color=colors)
     for i, v in enumerate(values):
-        ax.text(0 if math.isnan(v) else v, i, " no evaluation" if math.isnan(v) else f" {v:.4f}",
-                va="center", fontsize=9)  # fmt: skip
+        ax.text(
+            0 if math.isnan(v) else v,
+            i,
+            " no evaluation" if math.isnan(v) else f" {v:.4f}",
+            va="center",
+            fontsize=9,
+        )
     ax.set_yticks(y, labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, (max(finite) if finite else 1) * 1.18)
@@ -335,8 +365,9 @@ def metrics_figure(
         for j in range(values.shape[1]):
             text = "-" if np.isnan(values[i, j]) else f"{values[i, j]:.3f}"
             dark = not np.isnan(shade[i, j]) and shade[i, j] < 0.6
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")  # fmt: skip
+            ax.text(
+                j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black"
+            )
     ax.set_xticks(range(len(columns)), names, fontsize=8)
     ax.xaxis.tick_top()
     ax.set_yticks(range(len(labels)), labels, fontsize=9)

@@ -63,8 +63,15 @@ def legend_below(ax, handles: list | None = None, ncol: int = 2) -> None:
     the panel's height), where it covers neither the lines nor the label; the figure's
     constrained layout makes room for it."""
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-0.5, units="inches")
-    ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-              bbox_transform=below, ncol=ncol, borderaxespad=0)  # fmt: skip
+    ax.legend(
+        handles=handles,
+        fontsize=7.5,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=below,
+        ncol=ncol,
+        borderaxespad=0,
+    )
 
 
 def draw_lines(ax, rows: list[dict], prefix: str, title: str, unit: str) -> None:
@@ -101,12 +108,24 @@ def interaction_figure(rows: list[dict]) -> Figure:
     last = last_row_with(rows, "grad_cos/")
     step = last.get("step", "?")
     cosine = matrix(last, "grad_cos/", tasks, True)
-    draw_matrix(axes[0], cosine, tasks, f"gradient cosine (step {step})", 1.0,
-                "cosine (< 0: the gradients conflict)")  # fmt: skip
+    draw_matrix(
+        axes[0],
+        cosine,
+        tasks,
+        f"gradient cosine (step {step})",
+        1.0,
+        "cosine (< 0: the gradients conflict)",
+    )
     affinity = matrix(last_row_with(rows, "affinity/"), "affinity/", tasks, False)
     limit = float(np.nanmax(np.abs(affinity))) if np.isfinite(affinity).any() else 1.0
-    draw_matrix(axes[1], affinity, tasks, f"affinity: row's step on column (step {step})",
-                limit or 1.0, "relative loss change: 1 - L_col after / L_col before")  # fmt: skip
+    draw_matrix(
+        axes[1],
+        affinity,
+        tasks,
+        f"affinity: row's step on column (step {step})",
+        limit or 1.0,
+        "relative loss change: 1 - L_col after / L_col before",
+    )
     draw_lines(axes[2], rows, "task_weight/", "task weights", "weight")
     draw_lines(axes[3], rows, "grad_cos/", "gradient cosine over time", "cosine")
     draw_lines(axes[4], rows, "affinity/", "affinity over time", "1 - L after / L before")

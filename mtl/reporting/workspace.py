@@ -62,9 +62,11 @@ def task_metrics(config: dict) -> dict[str, list[str]]:
 
 def read_folder(folder: Path) -> dict:
     """Tasks, their metrics, the swept parameters and the monitored key of a run/sweep folder."""
-    jobs = [folder] if (folder / ".hydra").is_dir() else sorted(
-        p for p in folder.iterdir() if (p / ".hydra" / "config.yaml").is_file()
-    )  # fmt: skip
+    jobs = (
+        [folder]
+        if (folder / ".hydra").is_dir()
+        else sorted(p for p in folder.iterdir() if (p / ".hydra" / "config.yaml").is_file())
+    )
     if not jobs:
         raise MtlError(
             f"{folder} holds no .hydra/config.yaml (nor job folders with one); pass a run "
@@ -179,8 +181,9 @@ def workspace_spec(
     ]
     if online:
         mixing = [line(t, [f"mix_policy/{t}", f"mix_weight/{t}"]) for t in tasks]
-        sections.insert(1, {"name": "Online mixing (the policy's figure, weight)",
-                            "panels": mixing})  # fmt: skip
+        sections.insert(
+            1, {"name": "Online mixing (the policy's figure, weight)", "panels": mixing}
+        )
     return {"entity": entity, "project": project, "name": name, "sections": sections}
 
 

@@ -284,15 +284,27 @@ class Training:
 
     def results(self, test: dict[str, float]) -> RunResults:
         run, p, t = self.run, self.progress, self.run.settings.trainer
+        model = None  # a stopped run's model is its checkpoint's
+        if p.stop is not StopReason.SIGNAL:
+            rebuild = lambda: build_model(run.settings, run.tasks)  # noqa: E731
+            model = full_model(run.accelerator, run.model, rebuild)
         return RunResults(
-            run.run_dir, self.state.step, p.stop, t.monitor, t.monitor_mode, p.last_eval,
-            self.state.best_step, self.state.best, test,
+            run.run_dir,
+            self.state.step,
+            p.stop,
+            t.monitor,
+            t.monitor_mode,
+            p.last_eval,
+            self.state.best_step,
+            self.state.best,
+            test,
             signal=self.signal.agreed if self.signal is not None else 0,
-            model=None if p.stop is StopReason.SIGNAL else full_model(
-                run.accelerator, run.model, lambda: build_model(run.settings, run.tasks)),
-            tokenizer=run.tokenizer, tasks=run.tasks, settings=run.settings,
+            model=model,
+            tokenizer=run.tokenizer,
+            tasks=run.tasks,
+            settings=run.settings,
             accelerator=run.accelerator,
-        )  # fmt: skip
+        )
 
 
 def interrupted_line(run_dir: Path) -> str:

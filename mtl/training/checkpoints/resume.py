@@ -30,14 +30,30 @@ RECORD = Path(".hydra") / "config.yaml"  # the config a run trains with (Hydra's
 # What a resumed run may change: how long it trains, how often it logs, evaluates and saves, and
 # how it runs; every other setting is what the run trains (tasks, model, loader, ...).
 CHANGEABLE = (
-    "output_dir", "trainer.resume", "trainer.epochs", "trainer.max_steps", "trainer.patience",
-    "trainer.eval_every", "trainer.eval_batch_size", "trainer.checkpoint_every",
-    "trainer.checkpoint_minutes", "trainer.keep_last", "trainer.log_every",
-    "trainer.progress_bar", "trainer.trace", "trainer.diagnose_every", "trainer.export",
-    "trainer.dist_timeout_s", "trainer.keep_freed_memory", "trainer.compile",
-    "trainer.compile_backend", "data.num_workers", "data.pin_memory",
-    "data.persistent_workers", "logger",
-)  # fmt: skip
+    "output_dir",
+    "trainer.resume",
+    "trainer.epochs",
+    "trainer.max_steps",
+    "trainer.patience",
+    "trainer.eval_every",
+    "trainer.eval_batch_size",
+    "trainer.checkpoint_every",
+    "trainer.checkpoint_minutes",
+    "trainer.keep_last",
+    "trainer.log_every",
+    "trainer.progress_bar",
+    "trainer.trace",
+    "trainer.diagnose_every",
+    "trainer.export",
+    "trainer.dist_timeout_s",
+    "trainer.keep_freed_memory",
+    "trainer.compile",
+    "trainer.compile_backend",
+    "data.num_workers",
+    "data.pin_memory",
+    "data.persistent_workers",
+    "logger",
+)
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,21 @@ def build_run(settings: Settings, accelerator, hooks=()) -> tuple[Run, Progress]
         print(f"mtl: run folder {run_dir.resolve()}{resumed}", file=sys.stderr)
     hooks = [*configured_hooks(settings, run_dir, accelerator, tasks, state, total_steps), *hooks]
     run = Run(
-        settings, run_dir, accelerator, tasks, tokenizer, loader, model, optimizer, scheduler,
-        balancer, logger, total_steps, description, Hooks(hooks),
-    )  # fmt: skip
+        settings,
+        run_dir,
+        accelerator,
+        tasks,
+        tokenizer,
+        loader,
+        model,
+        optimizer,
+        scheduler,
+        balancer,
+        logger,
+        total_steps,
+        description,
+        Hooks(hooks),
+    )
     return run, Progress(state)
 
 
