@@ -104,6 +104,12 @@ class MixupLoader(WeightedLoader):
         if not is_int(pad_token_id):
             raise MtlError(f"pad_token_id: got {pad_token_id!r}; use an integer token id")
         self.pad_token_id = int(pad_token_id)
+        # The 2-D keys of a merged batch and their padding (token_type_ids where a task has them)
+        self._padding = (
+            ("input_ids", self.pad_token_id),
+            ("attention_mask", 0),
+            ("token_type_ids", 0),
+        )
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, list]] = {}
         if weighting is not None:
             self._weigh(batches_per_step)
@@ -223,22 +229,16 @@ class MixupLoader(WeightedLoader):
             return _merge_rows(parts, spans, n_rows, length, pad, perm)
 
         out: dict[str, Any] = {
-            "input_ids": merged("input_ids", self.pad_token_id),
-            "attention_mask": merged("attention_mask", 0),
+            key: merged(key, pad)
+            for key, pad in self._padding
+            if key != "token_type_ids" or any(key in batch for _, batch in batches)
         }
-        if any("token_type_ids" in batch for _, batch in batches):
-            out["token_type_ids"] = merged("token_type_ids", 0)
         task_numbers = np.array([t for t, _ in batches])
         out["task_ids"] = torch.from_numpy(task_numbers[task_of_row])
         out["tasks"] = list(self.names)
         out["labels"] = {}
         for t, batch in batches:
-            labels = batch["labels"]
-            # Token labels (one per position, as wide as the task's input_ids) are padded to
-            # the merged length; other 2-D labels (multi-hot rows [B, K]) are kept as they are.
-            if _per_token(batch):
-                labels = _pad_to(labels, length, -100)
-            out["labels"][self.names[t]] = labels
+            out["labels"][self.names[t]] = _labels(batch, length)
         if all("example_ids" in batch for _, batch in batches):
             example_ids = torch.cat([batch["example_ids"] for _, batch in batches])
             out["example_ids"] = _take(example_ids, perm)
@@ -259,18 +259,10 @@ class MixupLoader(WeightedLoader):
                 continue
             length = max(part["input_ids"].shape[1] for part in parts)
             batch: dict[str, Any] = {}
-            for key, pad in (
-                ("input_ids", self.pad_token_id),
-                ("attention_mask", 0),
-                ("token_type_ids", 0),
-            ):
+            for key, pad in self._padding:
                 if all(key in part for part in parts):
                     batch[key] = torch.cat([_pad_to(part[key], length, pad) for part in parts])
-            labels = [
-                _pad_to(part["labels"], length, -100) if _per_token(part) else part["labels"]
-                for part in parts
-            ]
-            batch["labels"] = torch.cat(labels)
+            batch["labels"] = torch.cat([_labels(part, length) for part in parts])
             if all("example_ids" in part for part in parts):
                 batch["example_ids"] = torch.cat([part["example_ids"] for part in parts])
             if all("num_tokens" in part for part in parts):
@@ -295,10 +287,13 @@ class MixupLoader(WeightedLoader):
         return layout
 
 
-def _per_token(batch: Mapping[str, Any]) -> bool:
-    """Whether the batch's labels are one per position (as wide as its input_ids)."""
+def _labels(batch: Mapping[str, Any], length: int) -> torch.Tensor:
+    """The batch's labels for rows `length` wide: token labels (one per position, as wide as
+    its input_ids) right-padded with -100; other labels (multi-hot rows [B, K]) as they are."""
     labels = batch["labels"]
-    return labels.ndim == 2 and labels.shape[1] == batch["input_ids"].shape[1]
+    if labels.ndim == 2 and labels.shape[1] == batch["input_ids"].shape[1]:
+        return _pad_to(labels, length, -100)
+    return labels
 
 
 def _take(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
