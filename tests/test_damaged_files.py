@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from mtl.artifacts import RunLayout
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.training.setup.compile_cache import repair_cache, whole_library
@@ -150,7 +151,7 @@ def test_a_weights_file_that_matches_its_marker_but_is_not_one_is_named(work, ca
 
 
 def test_a_step_checkpoint_cut_short_is_named_and_the_best_model_offered(work, capsys):
-    step = work / "run" / "checkpoints" / "step_0000004"
+    step = RunLayout(work / "run").step(4)
     cut(step / "model.safetensors")
     before = listing(work)
     line = one_error_line(*command(capsys, export_main, str(step.relative_to(work)), "out"))
@@ -161,7 +162,7 @@ def test_a_step_checkpoint_cut_short_is_named_and_the_best_model_offered(work, c
 
 def test_a_run_whose_only_checkpoint_is_cut_short_says_train_again(work, capsys):
     shutil.rmtree(work / "run" / "checkpoints" / "best")
-    cut(work / "run" / "checkpoints" / "step_0000004" / "model.safetensors")
+    cut(RunLayout(work / "run").step(4) / "model.safetensors")
     line = one_error_line(*command(capsys, export_main, "run", "out"))
     assert "step_0000004 is damaged" in line and "no other whole checkpoint; train again" in line
 

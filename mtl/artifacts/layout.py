@@ -61,6 +61,16 @@ class RunLayout:
         return self.root / ".hydra" / "config.yaml"
 
     @classmethod
+    def find(cls, path: str | Path) -> RunLayout | None:
+        """The run of a run folder, its `checkpoints/` or one checkpoint in it (the nearest
+        of these holding the record `.hydra/config.yaml`); None when none does."""
+        p = Path(path).expanduser().absolute()
+        for candidate in (p, p.parent, p.parent.parent):
+            if cls(candidate).record.is_file():
+                return cls(candidate)
+        return None
+
+    @classmethod
     def of_checkpoint(cls, checkpoint: str | Path) -> RunLayout | None:
         """The run a checkpoint folder (`<run>/checkpoints/<name>`) belongs to; None for a
         folder that is not in a run's `checkpoints/`."""

@@ -190,12 +190,14 @@ def earlier_checkpoint(folder: Path, before: Path | None = None) -> Path | None:
     return None
 
 
-def _instead(run: Path, damaged: Path | None = None) -> str:
-    """What to give instead of a damaged checkpoint of `run`."""
-    best = RunLayout(run).best
-    found = earlier_checkpoint(RunLayout(run).checkpoints, damaged)
-    if damaged is not None and damaged != best and incomplete_reason(best) is None:
-        found = best
+def _instead(damaged: Path) -> str:
+    """What to give instead of `damaged`, a step checkpoint or the best model of a run."""
+    run = RunLayout.of_checkpoint(damaged)
+    if run is None:  # a checkpoint copied out of its run: no other one to name
+        return "give another whole checkpoint of its run instead, or train again"
+    found = earlier_checkpoint(run.checkpoints, damaged)
+    if damaged != run.best and incomplete_reason(run.best) is None:
+        found = run.best
     if found is not None:
         return f"give another whole checkpoint of the run instead ({found}), or train again"
     return "this run has no other whole checkpoint; train again"
@@ -203,12 +205,11 @@ def _instead(run: Path, damaged: Path | None = None) -> str:
 
 def _best_weights(best: Path) -> dict:
     """The weights of a `checkpoints/best` folder, checked against its marker first."""
-    run = best.parent.parent
     problem = incomplete_reason(best)
     if problem is not None:
-        raise MtlError(f"{best} is damaged ({problem}); {_instead(run)}")
-    check_as_saved(best, _instead(run))
-    return read_weights(best_weights_file(best), _instead(run))
+        raise MtlError(f"{best} is damaged ({problem}); {_instead(best)}")
+    check_as_saved(best, _instead(best))
+    return read_weights(best_weights_file(best), _instead(best))
 
 
 INIT_FROM_CODE = (
@@ -270,10 +271,7 @@ def trained_weights(path: str) -> tuple[dict, Path]:
         checkpoint = steps[-1]
     problem = incomplete_reason(checkpoint) if checkpoint.is_dir() else "no such folder"
     if problem is not None:
-        run = checkpoint.parent.parent
-        raise MtlError(f"{checkpoint} is damaged ({problem}); {_instead(run, checkpoint)}")
-    check_as_saved(checkpoint, _instead(checkpoint.parent.parent, checkpoint))
+        raise MtlError(f"{checkpoint} is damaged ({problem}); {_instead(checkpoint)}")
+    check_as_saved(checkpoint, _instead(checkpoint))
     name = WEIGHTS[0] if (checkpoint / WEIGHTS[0]).is_file() else WEIGHTS[1]
-    return read_weights(
-        checkpoint / name, _instead(checkpoint.parent.parent, checkpoint)
-    ), checkpoint
+    return read_weights(checkpoint / name, _instead(checkpoint)), checkpoint

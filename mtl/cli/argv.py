@@ -20,7 +20,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from mtl.artifacts import HYDRA_SPECIAL
+from mtl.artifacts import HYDRA_SPECIAL, RunLayout
 from mtl.errors import MtlError
 
 NAMES_THE_FOLDER = ("output_dir=", "+output_dir=", "hydra.run.dir=", "+hydra.run.dir=")
@@ -173,8 +173,5 @@ def _key(override) -> str:
 def run_folder(path: str) -> Path | None:
     """The run folder of a run, its `checkpoints/` or one checkpoint in it (the folder holding
     `.hydra/config.yaml`), or None."""
-    p = Path(path).expanduser().absolute()
-    for candidate in (p, p.parent, p.parent.parent):
-        if (candidate / ".hydra" / "config.yaml").is_file():
-            return candidate
-    return None
+    run = RunLayout.find(path)
+    return None if run is None else run.root

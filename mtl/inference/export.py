@@ -36,6 +36,7 @@ from pathlib import Path
 from mtl.artifacts import (
     HEADS_FILE,
     TASKS_FILE,
+    RunLayout,
     check_target,
     digests_of,
     is_export,
@@ -68,9 +69,9 @@ def run_folder(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise MtlError(f"model={path}: no such folder; give an mtl run folder or export folder")
-    for candidate in (p, p.parent, p.parent.parent):
-        if (candidate / ".hydra" / "config.yaml").is_file():
-            return candidate
+    run = RunLayout.find(p)
+    if run is not None:
+        return run.root
     if is_export(p):
         raise MtlError(
             f"model={path} is an export already (it holds {TASKS_FILE}, no .hydra/config.yaml "

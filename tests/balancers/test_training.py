@@ -10,6 +10,7 @@ import torch
 from accelerate import Accelerator
 
 import mtl.training.loop
+from mtl.artifacts import RunLayout
 from mtl.training.loop import Training
 from tests.conftest import compose_config
 
@@ -149,7 +150,7 @@ def test_resume_with_uncertainty_continues_exactly(tmp_path):
             output_dir=tmp_path / "full",
         )
     )
-    checkpoint = tmp_path / "full" / "checkpoints" / "step_0000003"
+    checkpoint = RunLayout(tmp_path / "full").step(3)
     resumed = train(compose(*common, f"trainer.resume={checkpoint}", output_dir=tmp_path / "res"))
     expected, got = losses_by_step(tmp_path / "full"), losses_by_step(tmp_path / "res")
     assert sorted(got) == [4, 5, 6]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mtl.artifacts import RunLayout
 from mtl.cli.argv import continue_in_place
 from mtl.errors import MtlError
 from mtl.training.setup import run as setup_run
@@ -19,13 +20,13 @@ from tests.cli.test_run_folder import SignalAt  # Ctrl-C at the end of a step
 def make_run(folder: Path) -> Path:
     (folder / ".hydra").mkdir(parents=True)
     (folder / ".hydra" / "config.yaml").write_text("seed: 0\n")
-    (folder / "checkpoints" / "step_0000002").mkdir(parents=True)
+    (RunLayout(folder).step(2)).mkdir(parents=True)
     return folder
 
 
 def test_a_run_its_checkpoints_and_one_checkpoint_all_continue_in_the_run_folder(tmp_path):
     run = make_run(tmp_path / "run")
-    for given in (run, run / "checkpoints", run / "checkpoints" / "step_0000002"):
+    for given in (run, run / "checkpoints", RunLayout(run).step(2)):
         argv = ["task=[a]", f"trainer.resume={given}"]
         assert continue_in_place(argv) == [*argv, f"hydra.run.dir={run}"]
 

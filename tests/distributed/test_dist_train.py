@@ -26,6 +26,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from mtl.artifacts import RunLayout
 from mtl.training.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -341,7 +342,7 @@ def online_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def checkpoint(run_dir: Path, step: int) -> Path:
-    path = run_dir / "checkpoints" / f"step_{step:07d}"
+    path = RunLayout(run_dir).step(step)
     assert path.is_dir()
     return path
 

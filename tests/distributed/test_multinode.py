@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from mtl.artifacts import RunLayout
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ["model=tiny", "debug=fast", "logger=none"]  # the README's multi-node example
 RUN = [
@@ -111,7 +113,7 @@ def trained(tmp_path_factory):
         assert code == 0, out[-3000:]
     (run_dir,) = run_folders(cwd)
     before = traces(run_dir)
-    last = run_dir / "checkpoints" / "step_0000004"
+    last = RunLayout(run_dir).step(4)
     last.rename(last.with_name(".tmp-step_0000004"))  # a save the kill cut short
     second = finish(two_nodes(cwd, *RUN, f"trainer.resume={run_dir}"))
     for code, out in second:
@@ -128,7 +130,7 @@ def test_two_nodes_train_one_run_in_step(trained):
     (task,) = before[0][0]["micro"][0]["tasks"]
     ids = [set(rows[0]["micro"][0]["example_ids"][task]) for rows in before]
     assert ids[0] and ids[1] and not ids[0] & ids[1]  # each node its own shard of the task
-    assert {p.name for p in (run_dir / "checkpoints" / "step_0000002").iterdir()} >= {
+    assert {p.name for p in (RunLayout(run_dir).step(2)).iterdir()} >= {
         "random_states_0.pkl",
         "random_states_1.pkl",
         "mtl_checkpoint.json",
@@ -149,7 +151,7 @@ def test_two_nodes_resume_from_the_run_folder_exactly(trained):
         assert losses == pytest.approx([m["loss"] for r in before[rank][2:] for m in r["micro"]])
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2, 3, 4]  # each step once
-    assert (run_dir / "checkpoints" / "step_0000004" / "mtl_checkpoint.json").is_file()
+    assert (RunLayout(run_dir).step(4) / "mtl_checkpoint.json").is_file()
 
 
 def refused(results: list[tuple[int, str]]) -> str:

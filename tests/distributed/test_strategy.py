@@ -15,6 +15,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 
+from mtl.artifacts import RunLayout
 from mtl.builders.weights import MARKER, WEIGHTS, trained_weights
 from mtl.config import TrainerConfig
 from mtl.training.launch.sharding import check_strategy
@@ -90,7 +91,7 @@ def test_a_checkpoint_saved_under_fsdp_gives_its_full_weights(tmp_path):
     """accelerate's FSDP plugin (full state dict) writes the weights as pytorch_model_fsdp.bin
     in place of model.safetensors: `model.init_from`, `mtl-export` and `mtl.load_model` read
     them through `trained_weights` as any checkpoint's."""
-    folder = tmp_path / "run" / "checkpoints" / "step_0000003"
+    folder = RunLayout(tmp_path / "run").step(3)
     folder.mkdir(parents=True)
     state = {"encoder.w": torch.arange(6.0).reshape(2, 3), "heads.a.b": torch.ones(2)}
     torch.save(state, folder / WEIGHTS[1])

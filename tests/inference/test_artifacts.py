@@ -17,6 +17,7 @@ from datasets import Dataset
 from omegaconf import OmegaConf
 
 import mtl
+from mtl.artifacts import RunLayout
 from mtl.cli.export import main as export_main
 from mtl.cli.predict import main as predict_main
 from mtl.data.bundled import bundled_rows
@@ -87,7 +88,7 @@ def test_export_onto_what_exists_is_refused_and_changes_nothing(
     (work / "notes").mkdir()
     (work / "notes" / "notes.txt").write_text("my notes\n")
     monkeypatch.chdir(work / "notes" if target in (".", "..") else work)
-    source = work / "run" / "checkpoints" / "step_0000004" if "step_" in target else work / "run"
+    source = RunLayout(work / "run").step(4) if "step_" in target else work / "run"
     before = listing(tmp_path)
     err = one_line_error(capsys, lambda: export_main([str(source), target]))
     assert expected in err

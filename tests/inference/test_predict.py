@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import mtl
+from mtl.artifacts import RunLayout
 from mtl.cli.predict import main
 from mtl.config import validate
 from mtl.data.bundled import bundled_rows
@@ -233,6 +234,6 @@ def test_bad_inputs_are_one_line_and_write_nothing(export_dir, tmp_path, capsys)
 def test_export_cli_default_folder(run_dir, capsys):
     from mtl.cli.export import main as export_main
 
-    export_main([str(run_dir / "checkpoints" / "step_0000004")])
+    export_main([str(RunLayout(run_dir).step(4))])
     assert Path(capsys.readouterr().out.strip()) == run_dir / "export"
     assert (run_dir / "export" / "heads.safetensors").is_file()

@@ -29,6 +29,7 @@ from transformers import (
 )
 
 import mtl
+from mtl.artifacts import RunLayout
 from mtl.cli.job import train
 from mtl.cli.predict import main as predict_main
 from mtl.data.bundled import bundled_rows
@@ -151,7 +152,7 @@ def deep(request, tmp_path_factory) -> SimpleNamespace:
 def resumed(request, tmp_path_factory) -> SimpleNamespace:
     """A family's mixup run and the same run resumed from its step 2 in another folder."""
     model, mixup, _ = mixup_run(request.param, tmp_path_factory)
-    step_2 = mixup / "checkpoints" / "step_0000002"
+    step_2 = RunLayout(mixup).step(2)
     resumed = mixup.parent / "resumed"
     train(family_cfg(resumed, model, *MIXUP, f"trainer.resume={step_2}"))
     return SimpleNamespace(model_type=request.param, mixup=mixup, resumed=resumed)

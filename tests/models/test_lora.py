@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import mtl
+from mtl.artifacts import RunLayout
 from mtl.cli.job import train
 from mtl.errors import MtlError
 from mtl.inference.export import export_model
@@ -81,7 +82,7 @@ def per_task(trained) -> bool:
 
 
 def weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
-    return load_file(run_dir / "checkpoints" / f"step_{step:07d}" / "model.safetensors")
+    return load_file(RunLayout(run_dir).step(step) / "model.safetensors")
 
 
 def test_what_trains_is_peft_s_adapters_and_the_heads(trained):
@@ -134,7 +135,7 @@ def test_a_step_checkpoint_holds_what_trains_and_not_the_base(trained):
     assert frozen and not frozen & saved.keys()
     trainable = {n for n, p in results.model.named_parameters() if p.requires_grad}
     assert trainable <= saved.keys() <= set(results.model.state_dict())
-    optimizer = torch.load(run_dir / "checkpoints" / "step_0000004" / "optimizer.bin")
+    optimizer = torch.load(RunLayout(run_dir).step(4) / "optimizer.bin")
     moments = [s["exp_avg"].numel() for s in optimizer["state"].values()]
     assert sum(moments) == sum(p.numel() for p in results.model.parameters() if p.requires_grad)
 
@@ -143,7 +144,7 @@ def test_a_resumed_run_ends_bit_equal(trained, tmp_path):
     results, run_dir, overrides = trained
     model_dir = Path(results.settings.model.name_or_path)
     resumed = tmp_path / "resumed"
-    step_2 = run_dir / "checkpoints" / "step_0000002"
+    step_2 = RunLayout(run_dir).step(2)
     with contextlib.redirect_stderr(io.StringIO()):
         train(
             compose_config(
@@ -318,7 +319,7 @@ def test_a_step_checkpoint_loads_with_the_base_it_left_out(trained):
     """mtl.load_model of a step checkpoint (it holds what trains) predicts as the run's model
     with that step's adapter and heads on its frozen base."""
     results, run_dir, _ = trained
-    loaded = mtl.load_model(run_dir / "checkpoints" / "step_0000004")
+    loaded = mtl.load_model(RunLayout(run_dir).step(4))
     expected = copy.deepcopy(results.model)  # its base: the base model's (checked above)
     missing, unexpected = expected.load_state_dict(weights(run_dir, 4), strict=False)
     assert not unexpected and set(missing) == frozen_keys(expected)

@@ -17,6 +17,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
+from mtl.artifacts import RunLayout
 from mtl.builders.weights import MARKER, resolve_checkpoint
 from mtl.errors import MtlError
 from mtl.training.checkpoints.checkpoint import save_checkpoint
@@ -72,7 +73,7 @@ def test_save_then_load_round_trip(setup, tmp_path):
     saved = setup.weights()
     moments = setup.optimizer.state_dict()["state"][0]["exp_avg"].clone()
     path = save_checkpoint(setup.accelerator, tmp_path, setup.state.step)
-    assert path == tmp_path / "checkpoints" / "step_0000003"
+    assert path == RunLayout(tmp_path).step(3)
     assert names(tmp_path) == {"checkpoints"}
     assert names(path.parent) == {"step_0000003"}  # no .tmp-* folder left
     assert {MARKER, "model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= names(path)
@@ -120,7 +121,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_latest(setup, tmp_p
     assert names(tmp_path / "checkpoints") == {"step_0000001", ".tmp-step_0000002"}
 
     resolved = resolve_checkpoint(str(tmp_path))
-    assert resolved == str(tmp_path / "checkpoints" / "step_0000001")
+    assert resolved == str(RunLayout(tmp_path).step(1))
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and ".tmp-step_0000002 (left by an interrupted save)" in lines[0]
     setup.accelerator.load_state(resolved)
@@ -269,7 +270,7 @@ def test_dist_all_ranks_stop_at_the_same_step(tmp_path):
         == 1
     )
     assert {"rank 0 stopped at 3: step_0000003", "rank 1 stopped at 3: step_0000003"} <= set(lines)
-    ckpt = tmp_path / "run" / "checkpoints" / "step_0000003"
+    ckpt = RunLayout(tmp_path / "run").step(3)
     assert {"random_states_0.pkl", "random_states_1.pkl", MARKER} <= names(ckpt)
     assert resolve_checkpoint(str(tmp_path / "run")) == str(ckpt)
 

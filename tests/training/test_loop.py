@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from mtl.artifacts import RunLayout
 from mtl.training.loop import run
 from mtl.training.tracking.wandb_file import read_history
 
@@ -56,7 +57,7 @@ def test_every_loader_and_sampler_trains(make_cfg, tmp_path, loader, sampler):
             # sequences per real token: each sequence holds 2 ([CLS] [SEP]) to 64 tokens here
             per_token = row["examples_per_s"] / row["tokens_per_s"]
             assert 1 / 64 <= per_token <= 1 / 2
-    assert (tmp_path / "run" / "checkpoints" / "step_0000004").is_dir()
+    assert (RunLayout(tmp_path / "run").step(4)).is_dir()
     assert_shares_are_the_batches_drawn(tmp_path / "run", rows, examples=loader == "mixup")
 
 
@@ -101,7 +102,7 @@ def test_resume_gives_the_same_losses(make_cfg, tmp_path, loader):
     part_cfg = ("trainer.max_steps=10", "trainer.checkpoint_every=3", "trainer.keep_last=null")
     run(make_cfg(*common, *part_cfg, output_dir=part))
     resumed = tmp_path / "resumed"
-    ckpt = part / "checkpoints" / "step_0000006"
+    ckpt = RunLayout(part).step(6)
     run(make_cfg(*common, f"trainer.resume={ckpt}", output_dir=resumed))
     expected, got = losses_by_step(full), losses_by_step(resumed)
     assert sorted(got) == [7, 8, 9, 10]
@@ -134,7 +135,7 @@ def test_bad_data_gives_one_clear_line_and_keeps_earlier_outputs(tmp_path, train
         "# @package task.bad\ntype: sequence_classification\n"
         f"source: {{path: {data}}}\nlabel_names: [neg, pos]\n"
     )
-    keep = tmp_path / "run" / "checkpoints" / "step_0000001"
+    keep = RunLayout(tmp_path / "run").step(1)
     keep.mkdir(parents=True)
     code, err = train_here(
         "task=[bad]", "debug=fast", f"hydra.searchpath=[file://{task}]",
@@ -587,7 +588,7 @@ def test_resume_keeps_the_best_model_and_early_stops_at_the_same_step(make_cfg, 
     assert expected.stop == "early_stop" and expected.best_step < 6  # the case to resume
     part = tmp_path / "part"
     run(make_cfg(*common, "trainer.checkpoint_every=3", "trainer.keep_last=null", output_dir=part))
-    checkpoint = part / "checkpoints" / "step_0000006"
+    checkpoint = RunLayout(part).step(6)
     for resumed in (tmp_path / "elsewhere", part):  # another folder, then the run's own
         got = run(make_cfg(*common, f"trainer.resume={checkpoint}", output_dir=resumed))
         assert (got.step, got.stop, got.best_step) == (

@@ -11,6 +11,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from mtl.artifacts import RunLayout
 from mtl.reporting.figures import read_rows, run_figures
 from mtl.reporting.workspace import folder_spec, spec_keys
 from mtl.training.loop import run
@@ -72,7 +73,7 @@ def test_exp3_moves_the_weights_and_a_resumed_run_ends_bit_equal(make_cfg, tmp_p
     every = ["trainer.checkpoint_every=5", "trainer.keep_last=null"]
     run(make_cfg(loader, *ONLINE, *every, output_dir=part))
     resumed = tmp_path / "resumed"
-    checkpoint = part / "checkpoints" / "step_0000005"
+    checkpoint = RunLayout(part).step(5)
     run(make_cfg(loader, *ONLINE, f"trainer.resume={checkpoint}", output_dir=resumed))
     assert mix_weights(resumed)[-3:] == mix_weights(full)[-3:]
     want, got = final_weights(full), final_weights(resumed)
@@ -109,7 +110,7 @@ def test_a_checkpoint_whose_mixing_state_is_out_of_range_is_refused(make_cfg, tm
     part = tmp_path / "part"
     every = ["trainer.checkpoint_every=5", "trainer.keep_last=null"]
     run(make_cfg("loader=mixup", *ONLINE, *every, output_dir=part))
-    checkpoint = part / "checkpoints" / "step_0000005"
+    checkpoint = RunLayout(part).step(5)
     for path in checkpoint.glob("custom_checkpoint_*.pkl"):
         state = torch.load(path, weights_only=True)
         if ("online" in state) == (edit is not _edit_window):

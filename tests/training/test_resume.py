@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from mtl.artifacts import RunLayout
 from mtl.errors import MtlError
 from mtl.training.checkpoints.runlock import LOCK, process_start
 from mtl.training.tracking.wandb_file import read_history
@@ -322,7 +323,7 @@ def test_resume_runs_no_code_a_checkpoint_carries(trained, tmp_path, refused, na
 
     run_dir = copy_of(trained, tmp_path)
     marker = tmp_path / "ran"
-    path = run_dir / "checkpoints" / "step_0000004" / name
+    path = RunLayout(run_dir).step(4) / name
     payload = pickle.dumps(Payload(marker))
     path.write_bytes(payload + b"\0" * (path.stat().st_size - len(payload)))
     line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
@@ -338,7 +339,7 @@ def test_random_states_overwritten_at_their_size_are_one_line(trained, tmp_path,
     """accelerate would go on without the random states it cannot read (the resume no longer
     exact, without a word); mtl refuses in one line naming the file."""
     run_dir = copy_of(trained, tmp_path)
-    path = run_dir / "checkpoints" / "step_0000004" / "random_states_0.pkl"
+    path = RunLayout(run_dir).step(4) / "random_states_0.pkl"
     path.write_bytes(random.Random(0).randbytes(path.stat().st_size))
     resealed(path.parent)
     line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
@@ -348,7 +349,7 @@ def test_random_states_overwritten_at_their_size_are_one_line(trained, tmp_path,
 def test_resume_from_a_damaged_checkpoint(trained, tmp_path, refused):
     run_dir = copy_of(trained, tmp_path)
     for name in ("model.safetensors", "optimizer.bin"):
-        path = run_dir / "checkpoints" / "step_0000004" / name
+        path = RunLayout(run_dir).step(4) / name
         path.write_bytes(b"\0" * path.stat().st_size)  # the size the marker lists, no content
         line = refused(f"trainer.resume={run_dir}", f"output_dir={run_dir}")
         assert f"{path} is not the file the checkpoint saved" in line
@@ -403,7 +404,7 @@ def test_shapes_are_compared_for_checkpoints_without_a_description(trained, tmp_
     from mtl.errors import MtlError
     from mtl.training.checkpoints.compatible import check_compatible, describe
 
-    step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
+    step = Path(shutil.copytree(RunLayout(trained).step(4), tmp_path / "step_4"))
     (step / "mtl_run.json").unlink()
     cfg = compose("task=[synthetic_cls,synthetic_reg]")
     settings = validate(cfg)
@@ -422,7 +423,7 @@ def test_a_description_without_one_of_its_keys_is_one_line(trained, tmp_path):
     from mtl.errors import MtlError
     from mtl.training.checkpoints.compatible import check_compatible
 
-    step = Path(shutil.copytree(trained / "checkpoints" / "step_0000004", tmp_path / "step_4"))
+    step = Path(shutil.copytree(RunLayout(trained).step(4), tmp_path / "step_4"))
     saved = json.loads((step / "mtl_run.json").read_text())
     del saved["balancer"]
     (step / "mtl_run.json").write_text(json.dumps(saved))
@@ -523,7 +524,7 @@ def test_resume_in_its_own_folder_cuts_metrics_back_to_the_checkpoint(
     ]
     import shutil
 
-    shutil.rmtree(run_dir / "checkpoints" / "step_0000004")
+    shutil.rmtree(RunLayout(run_dir).step(4))
     (run_dir / "results.json").unlink()
     train(
         compose(f"trainer.resume={run_dir}", f"output_dir={run_dir}", "trainer.checkpoint_every=2")
