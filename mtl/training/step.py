@@ -43,8 +43,6 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
-from mtl.errors import MtlError
-
 
 class Step:
     """The step of a run: `micro_step` each batch, `update` each accumulation group."""
@@ -218,33 +216,3 @@ def average_grads(params: list[torch.Tensor], world: int) -> None:
     flat /= world
     for param, part in zip(params, flat.split([p.numel() for p in params]), strict=True):
         param.grad = part.view_as(param).clone()
-
-
-def check_balancer(balancer, name: str, loader, grad_accum: int, fp16: bool, is_main: bool):
-    """At start: an aggregation under fp16 is refused (loss scaling does not reach its
-    per-task gradients); one whose every optimizer step holds one task says it does nothing."""
-    if not balancer.aggregates:
-        return
-    if fp16:
-        raise MtlError(
-            f"balancer {name} aggregates gradients, which fp16 loss scaling does not reach; use "
-            "trainer.mixed_precision=bf16 or no"
-        )
-    if is_main and one_task_steps(loader, grad_accum):
-        print(
-            f"mtl: balancer {name} does nothing here: every optimizer step holds one task (use "
-            "loader=mixup, or trainer.grad_accum=<number of tasks> with loader=round_robin)",
-            file=sys.stderr,
-        )
-
-
-def one_task_steps(loader, grad_accum: int) -> bool:
-    """Whether every accumulation group of the loader's first epoch reads a single task."""
-    length = loader.epoch_length(0)
-    for start in range(0, length, grad_accum):
-        tasks = set()
-        for step in range(start, min(start + grad_accum, length)):
-            tasks.update(loader.tasks_at(0, step))
-        if len(tasks) > 1:
-            return False
-    return True

@@ -14,7 +14,7 @@ from mtl.artifacts import config_dir
 from mtl.balancers import Balancer
 from mtl.config import validate
 from mtl.config.checks import GIVEN
-from mtl.training.step import one_task_steps
+from mtl.training.setup.run import one_task_steps
 from tests.conftest import compose_config
 
 CONF = config_dir()

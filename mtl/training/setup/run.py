@@ -1,5 +1,6 @@
 """Setting up a run: what it builds once (`Run`) from the composed config, and where it starts
-(`Progress`: a resumed run's counters come from its checkpoint)."""
+(`Progress`: a resumed run's counters come from its checkpoint). The rules that join options
+of different groups once they are built (`check_online`, `check_balancer`) live here too."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from mtl.training.launch.distributed import Tracer, check_same_run
 from mtl.training.setup.optim import build_optimizer
 from mtl.training.setup.speed import CompileCounter, compile_encoder, loader_settings
 from mtl.training.state import Progress, TrainState
-from mtl.training.step import check_balancer
 from mtl.training.tracking.history import make_logger
 from mtl.training.tracking.logger import RunLogger
 
@@ -185,3 +185,33 @@ def planned_steps(loader, epochs: int, grad_accum: int, max_steps: int | None) -
     last group of an epoch may be partial), summed, capped by `max_steps`."""
     steps = sum(math.ceil(loader.epoch_length(e) / grad_accum) for e in range(epochs))
     return min(steps, max_steps) if max_steps else steps
+
+
+def check_balancer(balancer, name: str, loader, grad_accum: int, fp16: bool, is_main: bool):
+    """At start: an aggregation under fp16 is refused (loss scaling does not reach its
+    per-task gradients); one whose every optimizer step holds one task says it does nothing."""
+    if not balancer.aggregates:
+        return
+    if fp16:
+        raise MtlError(
+            f"balancer {name} aggregates gradients, which fp16 loss scaling does not reach; use "
+            "trainer.mixed_precision=bf16 or no"
+        )
+    if is_main and one_task_steps(loader, grad_accum):
+        print(
+            f"mtl: balancer {name} does nothing here: every optimizer step holds one task (use "
+            "loader=mixup, or trainer.grad_accum=<number of tasks> with loader=round_robin)",
+            file=sys.stderr,
+        )
+
+
+def one_task_steps(loader, grad_accum: int) -> bool:
+    """Whether every accumulation group of the loader's first epoch reads a single task."""
+    length = loader.epoch_length(0)
+    for start in range(0, length, grad_accum):
+        tasks = set()
+        for step in range(start, min(start + grad_accum, length)):
+            tasks.update(loader.tasks_at(0, step))
+        if len(tasks) > 1:
+            return False
+    return True
