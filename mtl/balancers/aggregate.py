@@ -21,7 +21,12 @@ class Aggregate(Balancer):
     is the number of tasks unless given). The encoder's gradient becomes the aggregator's output
     on the matrix with one row per task of the step (each the gradient of the task's loss times
     its loss weight); `weights()` are the weights the aggregator's weighting gave the rows,
-    where it has one (GradDrop has none).
+    where it has one (GradDrop has none), kept on the device until they are logged.
+
+    On a GPU most of torchjd's aggregators wait for the device once a step: UPGrad and DualProj
+    solve their projection on the host (the tasks' Gramian is read), MGDA iterates to a
+    tolerance checked on the host; mtl's own step reads nothing
+    (tests/training/test_host_reads.py names these).
     """
 
     aggregates = True
@@ -49,16 +54,19 @@ class Aggregate(Balancer):
             ) from None
         except (TypeError, ValueError) as err:
             raise MtlError(f"aggregator={aggregator}: bad options {kwargs}: {err}") from None
-        self.last_weights: dict[str, float] = {}
+        self.last: tuple[list[str], torch.Tensor] | None = None  # the last step's weights
 
     def aggregate(self, matrix: torch.Tensor, tasks: Sequence[str]) -> torch.Tensor:
         weighting = getattr(self.aggregator, "weighting", None)
         if weighting is None:
-            self.last_weights = {}
+            self.last = None
             return self.aggregator(matrix)
         weights = weighting(matrix)
-        self.last_weights = dict(zip(tasks, weights.tolist(), strict=True))
+        self.last = (list(tasks), weights.detach())  # read when logged, not at every step
         return weights @ matrix
 
     def weights(self) -> dict[str, float]:
-        return dict(self.last_weights)
+        if self.last is None:
+            return {}
+        tasks, weights = self.last
+        return dict(zip(tasks, weights.tolist(), strict=True))

@@ -84,6 +84,12 @@ class DWA(Balancer):
         self.register_buffer("last", torch.full((n,), float("nan"), dtype=torch.float64))
         self.register_buffer("before", torch.full((n,), float("nan"), dtype=torch.float64))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.host_steps = 0  # `steps` on the host, so that a step reads no device value
+        self.register_load_state_dict_post_hook(DWA._steps_loaded)
+
+    @staticmethod
+    def _steps_loaded(module: DWA, keys) -> None:
+        module.host_steps = int(module.steps)
 
     def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         terms = {}
@@ -98,7 +104,8 @@ class DWA(Balancer):
 
     def after_step(self, sum_over_processes: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.steps += 1
-        if int(self.steps) % self.window:
+        self.host_steps += 1
+        if self.host_steps % self.window:
             return
         sums, counts = sum_over_processes(self.sums), sum_over_processes(self.counts)
         means = torch.where(counts > 0, sums / counts.clamp(min=1), self.last)
@@ -107,9 +114,10 @@ class DWA(Balancer):
         self.sums.zero_()
         self.counts.zero_()
         ratio = self.last / self.before
-        if torch.isfinite(ratio).all():
-            n = len(self.tasks)
-            self.factors.copy_(n * torch.softmax(ratio / self.temperature, dim=0).float())
+        n = len(self.tasks)
+        moved = n * torch.softmax(ratio / self.temperature, dim=0).float()
+        # kept until two windows are done (a NaN ratio), without reading the device
+        self.factors.copy_(torch.where(torch.isfinite(ratio).all(), moved, self.factors))
 
     def task_factors(self) -> dict[str, float]:
         return dict(zip(self.tasks, self.factors.tolist(), strict=True))

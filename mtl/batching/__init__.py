@@ -4,7 +4,7 @@ May import `mtl.errors` only (and third-party libraries).
 """
 
 from mtl.batching.collators import TaskCollator
-from mtl.batching.device import to_device
+from mtl.batching.device import host_to, to_device
 from mtl.batching.rows import (
     IGNORE_INDEX,
     PackedRows,
@@ -20,5 +20,6 @@ __all__ = [
     "TokenizedSplit",
     "arrow_table",
     "flat_list_column",
+    "host_to",
     "to_device",
 ]

@@ -29,9 +29,13 @@ def task_rows(batch: Mapping[str, Any]) -> dict[str, torch.Tensor | None]:
     """The tasks a batch holds and each one's rows, the one place that reads a batch's two
     shapes: a batch of one task (`task`, from `TaskCollator`) -> {task: None}, every row; a mixed
     batch (`task_ids` [B] indexing `tasks`, `labels` a dict per task: `loader=mixup`) -> {task:
-    the indices of its rows} for each task with a row, in `tasks` order."""
+    the indices of its rows} for each task with a row, in `tasks` order. A mixed batch from
+    `MixupLoader` carries them (`task_rows`, planned on the host with the batch, so that the
+    step reads no device value to find them); another's are found from `task_ids`."""
     if "task" in batch:
         return {batch["task"]: None}
+    if "task_rows" in batch:
+        return dict(batch["task_rows"])
     found = {}
     for index, name in enumerate(batch["tasks"]):
         rows = (batch["task_ids"] == index).nonzero(as_tuple=True)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -9,7 +10,9 @@ def to_device(batch: dict, device) -> dict:
     """The batch with its tensors (also inside dicts) on `device`. To a GPU the copies do not
     block the host: from pinned memory (`data.pin_memory`, on by default there) they run
     asynchronously, ordered before the kernels that read them. Off the CPU the batch also keeps
-    its host `attention_mask` as `host_attention_mask`, for packing to plan from."""
+    its host `attention_mask` as `host_attention_mask`, for packing to plan from, and a mixed
+    batch its host `task_rows` as `host_task_rows`, for the model to take a task's rows of the
+    host mask: the step reads no device value to plan."""
     device = torch.device(device)
     non_blocking = device.type == "cuda"
 
@@ -24,4 +27,16 @@ def to_device(batch: dict, device) -> dict:
     if device.type != "cpu" and torch.is_tensor(batch.get("attention_mask")):
         # packing plans on the host (mtl.models.packing): reading the device copy would sync
         moved["host_attention_mask"] = batch["attention_mask"]
+    if device.type != "cpu" and isinstance(batch.get("task_rows"), dict):
+        moved["host_task_rows"] = batch["task_rows"]
     return moved
+
+
+def host_to(values: np.ndarray | torch.Tensor, device) -> torch.Tensor:
+    """Host values (an array or a CPU tensor) on `device`, without waiting: to a GPU through
+    page-locked memory, asynchronously (a plain copy from pageable memory waits for every kernel
+    queued before it)."""
+    tensor = torch.from_numpy(values) if isinstance(values, np.ndarray) else values
+    if torch.device(device).type == "cuda":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)

@@ -39,6 +39,7 @@ class MixupLoader(WeightedLoader):
         {"input_ids": Long[N, L], "attention_mask": Long[N, L],
          "token_type_ids": Long[N, L] (only if some task has it; 0 where a task has none),
          "task_ids": Long[N] (index into "tasks"), "tasks": [all task names, given order],
+         "task_rows": {task: Long[its rows' indices]} (each task with rows, in "tasks" order),
          "labels": {task: its batch's labels, in its rows' order (as they appear in the batch)},
          "example_ids": Long[N] (only if every task batch has it),
          "num_tokens": int (the sum of the task batches' `num_tokens`, if every one has it)}
@@ -234,7 +235,12 @@ class MixupLoader(WeightedLoader):
             if key != "token_type_ids" or any(key in batch for _, batch in batches)
         }
         task_numbers = np.array([t for t, _ in batches])
-        out["task_ids"] = torch.from_numpy(task_numbers[task_of_row])
+        task_ids = task_numbers[task_of_row]
+        out["task_ids"] = torch.from_numpy(task_ids)
+        out["task_rows"] = {  # each task's rows, in the tasks' order (`task_rows`)
+            self.names[t]: torch.from_numpy(np.flatnonzero(task_ids == t))
+            for t in sorted(task_numbers.tolist())
+        }
         out["tasks"] = list(self.names)
         out["labels"] = {}
         for t, batch in batches:

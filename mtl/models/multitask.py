@@ -147,7 +147,9 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         host = batch.get("host_attention_mask")
         if rows is not None:
             inputs = {key: value[rows] for key, value in inputs.items()}
-            host = None if host is None else host[rows.cpu()]
+            host_rows = (batch.get("host_task_rows") or {}).get(task)
+            if host is not None:  # the task's rows of the host mask (planned there: no read)
+                host = host[host_rows if host_rows is not None else rows.cpu()]
         if task is not None and self.per_task_adapters:
             use_adapter(self.encoder, task)
         if self.packed is not None:

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from mtl.batching import host_to
+
 # Pack a batch only when it saves at least this share of the padded token slots: a batch that
 # is already dense (length-sorted batches) runs as it is.
 MIN_SAVING = 0.25
@@ -55,6 +57,7 @@ class Packing:
         mask = attention_mask.detach().cpu().numpy().astype(bool)
         self.rows, self.length = mask.shape
         lengths = mask.sum(1)
+        self.padded = bool(not mask.all())
         self.is_prefix = bool((mask == (np.arange(self.length) < lengths[:, None])).all())
         bins, offsets, self.packed_rows = first_fit(lengths, self.length)
         real = np.flatnonzero(mask.reshape(-1))  # flat [N * L] index of each real token
@@ -63,6 +66,16 @@ class Packing:
         self.source = real
         self.target = bins[row] * self.length + offsets[row] + position  # flat [B' * L]
         self.segment = row
+        self.on_device: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def indices(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(target, source, positions, segment) on `device`: one copy, made without waiting
+        for the device (`host_to`), once per batch."""
+        if device not in self.on_device:
+            parts = (self.target, self.source, self.positions, self.segment)
+            flat = host_to(np.concatenate(parts).astype(np.int64), device)
+            self.on_device[device] = flat.split([len(p) for p in parts])
+        return self.on_device[device]
 
     def worth_it(self) -> bool:
         return self.is_prefix and self.packed_rows <= (1 - MIN_SAVING) * self.rows
@@ -74,8 +87,7 @@ class Packing:
         (`causal`: a token sees only its row's tokens up to itself)."""
         device = inputs["input_ids"].device
         size = self.packed_rows * self.length
-        target = torch.from_numpy(self.target).to(device)
-        source = torch.from_numpy(self.source).to(device)
+        target, source, positions, segments = self.indices(device)
 
         def scatter(values: torch.Tensor, fill: int) -> torch.Tensor:
             out = values.new_full((size,), fill)
@@ -85,12 +97,11 @@ class Packing:
         packed = {"input_ids": scatter(inputs["input_ids"].reshape(-1)[source], pad_token_id)}
         if "token_type_ids" in inputs:
             packed["token_type_ids"] = scatter(inputs["token_type_ids"].reshape(-1)[source], 0)
-        positions = torch.from_numpy(self.positions).to(device) + position_base
-        packed["position_ids"] = scatter(positions, position_base)
+        packed["position_ids"] = scatter(positions + position_base, position_base)
         # Each padding slot of a packed row is its own segment that sees only itself, so no
         # attention row is empty (an empty one gives NaN) and no real token sees padding.
         segment = torch.arange(size, device=device) + self.rows
-        segment[target] = torch.from_numpy(self.segment).to(device)
+        segment[target] = segments
         segment = segment.view(self.packed_rows, self.length)
         allowed = segment[:, None, :, None] == segment[:, None, None, :]
         if causal:
@@ -101,13 +112,9 @@ class Packing:
     def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B', L, H] packed hidden states -> [N, L, H], zeros at padding positions."""
         flat = hidden.reshape(-1, hidden.shape[-1])
-        device = hidden.device
+        target, source, _, _ = self.indices(hidden.device)
         out = flat.new_zeros(self.rows * self.length, flat.shape[-1])
-        out = out.index_copy(
-            0,
-            torch.from_numpy(self.source).to(device),
-            flat.index_select(0, torch.from_numpy(self.target).to(device)),
-        )
+        out = out.index_copy(0, source, flat.index_select(0, target))
         return out.view(self.rows, self.length, -1)
 
 
@@ -145,13 +152,15 @@ class PackedEncoder:
     ) -> torch.Tensor:
         """`host_mask`: the batch's attention mask on the host, where `inputs` are on a device
         (the plan is made from it without waiting for the device)."""
-        if self.supported is not False:
-            packing = Packing(inputs["attention_mask"] if host_mask is None else host_mask)
-            if packing.worth_it():
-                if self.supported is None:
-                    self.supported = self.check(encoder, inputs, packing)
-                if self.supported:
-                    return packing.unpack(self.run(encoder, inputs, packing))
+        packing = Packing(inputs["attention_mask"] if host_mask is None else host_mask)
+        if not packing.padded:  # every token is real: no mask for transformers to read
+            unmasked = {k: v for k, v in inputs.items() if k != "attention_mask"}
+            return encoder(**unmasked).last_hidden_state
+        if self.supported is not False and packing.worth_it():
+            if self.supported is None:
+                self.supported = self.check(encoder, inputs, packing)
+            if self.supported:
+                return packing.unpack(self.run(encoder, inputs, packing))
         return encoder(**inputs).last_hidden_state
 
     def run(self, encoder: nn.Module, inputs: dict, packing: Packing) -> torch.Tensor:

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
+from mtl.batching import host_to
+
 
 class Step:
     """The step of a run: `micro_step` each batch, `update` each accumulation group."""
@@ -124,7 +126,9 @@ class LossBackward:
 
 class TaskGradients:
     """The shared parameters' gradient of each task over one accumulation group (module
-    docstring): `shared`, the shared parameters; `heads`, each task's own parameters."""
+    docstring): `shared`, the shared parameters; `heads`, each task's own parameters. On one
+    process a step reads no device value; on several it reads which tasks any process held
+    (one small all-reduced vector a step: what is aggregated depends on it)."""
 
     ddp_syncs = False  # the rows are averaged here, at the optimizer step
 
@@ -134,8 +138,11 @@ class TaskGradients:
         self.sizes = [p.numel() for p in self.shared]
         device = shared[0].device if shared else torch.device("cpu")
         self.rows = torch.zeros(len(self.tasks), sum(self.sizes), device=device)
-        self.held = torch.zeros(len(self.tasks), device=device)
-        self.reached = torch.zeros(len(self.shared), device=device)
+        # Host facts of the group (a task held, a shared parameter reached): no device read
+        # decides what is aggregated, except on several processes (`average_over_processes`).
+        self.held = [0.0] * len(self.tasks)
+        self.reached = [0.0] * len(self.shared)
+        self.picks: dict[tuple[int, ...], torch.Tensor] = {}  # rows of the tasks held, on device
 
     def backward(self, task_losses: Mapping[str, torch.Tensor], group: int) -> torch.Tensor:
         """Each task's weighted term / `group`: its gradient on the shared parameters added to
@@ -167,41 +174,49 @@ class TaskGradients:
         """The group's rows (averaged over the processes) aggregated into the shared `.grad`."""
         if self.world > 1:
             self.average_over_processes()
-        held = self.held > 0
-        tasks = [t for t, h in zip(self.tasks, held.tolist(), strict=True) if h]
-        matrix = self.rows[held]
+        held = tuple(i for i, h in enumerate(self.held) if h > 0)
+        tasks = [self.tasks[i] for i in held]
+        matrix = self.rows if len(held) == len(self.tasks) else self.rows[self.pick(held)]
         if len(tasks) == 1 or not self.shared:  # nothing to aggregate
             update = matrix[0]
         else:
             update = self.balancer.aggregate(matrix, tasks)
         for param, view, reached in zip(
-            self.shared, update.split(self.sizes), self.reached.tolist(), strict=True
+            self.shared, update.split(self.sizes), self.reached, strict=True
         ):
             param.grad = view.view_as(param).clone() if reached else None
         self.rows.zero_()
-        self.held.zero_()
-        self.reached.zero_()
+        self.held = [0.0] * len(self.tasks)
+        self.reached = [0.0] * len(self.shared)
+
+    def pick(self, held: tuple[int, ...]) -> torch.Tensor:
+        """The device index of the rows `held` (made once per set of tasks: a copy to the
+        device each step would wait for it)."""
+        if held not in self.picks:
+            self.picks[held] = host_to(torch.tensor(held), self.rows.device)
+        return self.picks[held]
         average_grads(list(self.balancer.parameters()), self.world)
 
     def average_over_processes(self) -> None:
         """Rows and heads' gradients averaged over the processes that held each task."""
         heads = [(i, p) for i, t in enumerate(self.tasks) for p in self.heads[t]]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for _, p in heads]
-        flat = torch.cat(
-            [self.rows.reshape(-1), self.held, self.reached, *[g.reshape(-1) for g in grads]]
-        )
+        facts = torch.tensor([*self.held, *self.reached], device=self.rows.device)
+        flat = torch.cat([self.rows.reshape(-1), facts, *[g.reshape(-1) for g in grads]])
         dist.all_reduce(flat)
         n_rows, n_tasks = self.rows.numel(), len(self.tasks)
         self.rows.copy_(flat[:n_rows].view_as(self.rows))
         counts = flat[n_rows : n_rows + n_tasks]
         self.rows /= counts.clamp(min=1)[:, None]
-        self.reached.copy_(flat[n_rows + n_tasks : n_rows + n_tasks + len(self.shared)])
+        # Which tasks any process held: the one device value read each step on several
+        # processes (what is aggregated depends on it).
+        agreed = flat[n_rows : n_rows + n_tasks + len(self.shared)].tolist()
+        self.held, self.reached = agreed[:n_tasks], agreed[n_tasks:]
         offset = n_rows + n_tasks + len(self.shared)
         for (i, param), grad in zip(heads, grads, strict=True):
             part = flat[offset : offset + grad.numel()].view_as(grad)
             offset += grad.numel()
-            param.grad = part / counts[i] if counts[i] > 0 else None
-        self.held.copy_(counts)
+            param.grad = part / counts[i] if self.held[i] > 0 else None
 
 
 def average_grads(params: list[torch.Tensor], world: int) -> None:
