@@ -264,13 +264,14 @@ def test_dist_all_ranks_stop_at_the_same_step(tmp_path):
     lines = result.stdout.splitlines()
     assert (
         lines.count(
-            f"mtl: received SIGTERM: saving a checkpoint at step 3 and stopping; "
+            f"mtl: received SIGTERM: saving a checkpoint at step 4 and stopping; "
             f"resume with trainer.resume={tmp_path / 'run'}"
         )
         == 1
     )
-    assert {"rank 0 stopped at 3: step_0000003", "rank 1 stopped at 3: step_0000003"} <= set(lines)
-    ckpt = RunLayout(tmp_path / "run").step(3)
+    # the step after the signal: the ranks read each boundary's flags at the next one
+    assert {"rank 0 stopped at 4: step_0000004", "rank 1 stopped at 4: step_0000004"} <= set(lines)
+    ckpt = RunLayout(tmp_path / "run").step(4)
     assert {"random_states_0.pkl", "random_states_1.pkl", MARKER} <= names(ckpt)
     assert resolve_checkpoint(str(tmp_path / "run")) == str(ckpt)
 

@@ -1,8 +1,12 @@
 """Stop signals: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (SLURM's warning signal,
-`--signal=USR1@<s>`) become a request to save a checkpoint and stop at the next optimizer-step
+`--signal=USR1@<s>`) become a request to save a checkpoint and stop at an optimizer-step
 boundary, the same step on every rank; a second Ctrl-C stops at once (KeyboardInterrupt). The same
 agreement at each step boundary says when a timed checkpoint (`trainer.checkpoint_minutes`) is
-due, by rank 0's clock."""
+due, by rank 0's clock.
+
+On several processes the ranks agree without waiting for the device: each boundary starts an
+all-reduce of its flags and reads the one the boundary before started (long done by then), so
+a signal stops the run one step later than on one process, on every rank alike."""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from mtl.artifacts import resume_override
+from mtl.batching import host_to
 from mtl.errors import env_rank
 
 STOP_MESSAGE = (
@@ -42,9 +48,9 @@ class StopSignal:
     Creating it installs handlers for both signals in this process; `close()` (or leaving the
     `with` block) puts the previous handlers back. A handler only records the signal, so the step
     under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
-    it is True from the first step boundary at which any rank has received a signal, on every
-    rank alike (on several processes, a tiny all-reduce of the flag), so all ranks save the same
-    step. A second Ctrl-C raises KeyboardInterrupt in the main thread: the user wants out now.
+    it is True from the first step boundary at which any rank has received a signal (on several
+    processes the boundary after: a tiny all-reduce of the flags, read one step later), on every
+    rank alike, so all ranks save the same step. A second Ctrl-C raises KeyboardInterrupt in the main thread: the user wants out now.
     `agree(accelerator, checkpoint_due)` is the same all-reduce, carrying rank 0's verdict on a
     timed checkpoint as well. Use in the loop:
 
@@ -68,6 +74,7 @@ class StopSignal:
         self.received = 0  # number of the signal this process received, 0 before any
         self.interrupts = 0  # Ctrl-Cs received
         self.agreed = 0  # the signal the ranks agreed to stop for (highest number), 0 before
+        self.pending: tuple | None = None  # the last boundary's all-reduce, under way
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
@@ -96,10 +103,34 @@ class StopSignal:
             self.agreed = self.received
             return Boundary(bool(self.agreed), checkpoint_due)
         due = int(checkpoint_due and accelerator.is_main_process)
-        flags = torch.tensor([self.received, due], dtype=torch.int32, device=accelerator.device)
-        agreed = accelerator.reduce(flags, reduction="max").tolist()
-        self.agreed = int(agreed[0])
+        agreed = self.collect()  # the previous boundary's flags, every rank's
+        self.pending = self.start([self.received, due], accelerator.device)
+        self.agreed = agreed[0]
         return Boundary(bool(self.agreed), bool(agreed[1]) and not self.agreed)
+
+    @staticmethod
+    def start(flags: list[int], device) -> tuple:
+        """An all-reduce (max) of `flags`, and a copy of its result to the host, started and
+        not waited for."""
+        tensor = host_to(torch.tensor(flags, dtype=torch.int32), device)
+        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, async_op=True)
+        work.wait()  # on a GPU: the stream waits, the host does not
+        if tensor.device.type != "cuda":
+            return tensor, None
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    def collect(self) -> list[int]:
+        """The flags of the all-reduce the last boundary started (zeros at the first)."""
+        if self.pending is None:
+            return [0, 0]
+        host, done = self.pending
+        if done is not None:
+            done.synchronize()  # the previous step's kernels, done by the time this one ends
+        return [int(v) for v in host.tolist()]
 
     @property
     def signal_name(self) -> str:
