@@ -22,9 +22,12 @@ batches in the same order; peer: the bare loop.
 
 Timed: a timestamp each time the loop asks for its next batch (for mtl through the loop's
 `batches` hook, `harness.LoopClock`) and one after the last step; steady state = from the start
-of step `--warmup` to the end, examples/s = the examples of those steps / seconds. Runs come in
-pairs (`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that speeds up or
-slows down over the runs favours neither; the ratio is the median of the pairs' ratios.
+of step `--warmup` to the end, examples/s = the examples of those steps / seconds. Each loop's
+host work per step: the step's time less the model's compute in it (the forward of
+`MultiTaskModel`, autograd's backward and the optimizer's step, timed in both loops alike,
+`ComputeClock`); on a GPU that host work is what a step would cost if the device were free.
+Runs come in pairs (`--repeats`, same seed), ordered mtl bare, bare mtl, ... so a machine that
+speeds up or slows down over the runs favours neither; each ratio is the median of the pairs'.
 One torch thread by default: on a small shared machine intra-op thread wake-ups made the tiny
 model's steps several times slower and much noisier, and the loop's overhead is Python anyway.
 
@@ -42,6 +45,7 @@ import math
 import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -74,6 +78,56 @@ def config_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
     if not torch.cuda.is_available():
         out.append("trainer.cpu=true")
     return out
+
+
+class ComputeClock:
+    """The model's compute, timed where both loops call it: `MultiTaskModel.forward`,
+    `torch.autograd.backward` and `torch.optim.AdamW.step` (each call's start and seconds; on
+    a GPU each timed call waits for the device at its end)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, float]] = []
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        from mtl.models.multitask import MultiTaskModel
+
+        places = [
+            (MultiTaskModel, "forward"),
+            (torch.autograd, "backward"),
+            (torch.optim.AdamW, "step"),
+        ]
+        saved = [getattr(owner, name) for owner, name in places]
+        for (owner, name), original in zip(places, saved, strict=True):
+            setattr(owner, name, self.timed(original))
+        try:
+            yield
+        finally:
+            for (owner, name), original in zip(places, saved, strict=True):
+                setattr(owner, name, original)
+
+    def timed(self, function):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            out = function(*args, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.calls.append((start, time.perf_counter() - start))
+            return out
+
+        return call
+
+    def seconds_after(self, start: float) -> float:
+        return sum(seconds for begun, seconds in self.calls if begun >= start)
+
+
+def host_figures(clock: LoopClock, compute: ComputeClock, warmup: int) -> dict:
+    """The steady state's figures, with its compute and host milliseconds per step."""
+    figures = clock.steady(warmup)
+    computed = compute.seconds_after(clock.marks[warmup])
+    figures["compute_ms_per_step"] = 1000 * computed / figures["steps"]
+    figures["host_ms_per_step"] = figures["ms_per_step"] - figures["compute_ms_per_step"]
+    return figures
 
 
 def run_mtl(cfg) -> tuple[LoopClock, list[tuple[int, float]]]:
@@ -146,8 +200,11 @@ def run_pairs(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
             cfg = compose(config_overrides(args, workdir / str(repeat)))
             pair = {}
             for name in ("mtl", "bare") if repeat % 2 == 0 else ("bare", "mtl"):  # A B B A ...
-                pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
-                runs.append({"loop": name, "repeat": repeat, **pair[name][0].steady(args.warmup)})
+                compute = ComputeClock()
+                with compute.timing():
+                    pair[name] = run_mtl(cfg) if name == "mtl" else run_bare(cfg, args.steps)
+                figures = host_figures(pair[name][0], compute, args.warmup)
+                runs.append({"loop": name, "repeat": repeat, **figures})
             (mtl_clock, windows), (bare_clock, losses) = pair["mtl"], pair["bare"]
             same = len(mtl_clock.example_ids) == len(bare_clock.example_ids) == args.steps and all(
                 torch.equal(a, b)
@@ -183,20 +240,24 @@ def main() -> None:
         f"timed), {device}, {args.threads} torch thread(s)"
     )
     table(
-        ["run", "loop", "steps", "examples", "seconds", "ex/s", "ms/step"],
+        ["run", "loop", "steps", "examples", "seconds", "ex/s", "ms/step", "compute ms", "host ms"],
         [[i + 1, r["loop"], r["steps"], r["examples"], r["seconds"], r["examples_per_s"],
-          r["ms_per_step"]] for i, r in enumerate(runs)],
-        [0, 0, 0, 0, 2, 1, 2],
+          r["ms_per_step"], r["compute_ms_per_step"], r["host_ms_per_step"]]
+         for i, r in enumerate(runs)],
+        [0, 0, 0, 0, 2, 1, 2, 2, 2],
     )  # fmt: skip
     speed, ms = grouped(runs, "loop", "examples_per_s"), grouped(runs, "loop", "ms_per_step")
+    host = grouped(runs, "loop", "host_ms_per_step")
     ratios = [m / b for m, b in zip(speed["mtl"], speed["bare"], strict=True)]
     ratio = statistics.median(ratios)
     overhead = statistics.median(m - b for m, b in zip(ms["mtl"], ms["bare"], strict=True))
+    host_ratio = statistics.median(m / b for m, b in zip(host["mtl"], host["bare"], strict=True))
     all_same_batches = all(c["same_batches"] for c in checks)
     all_same_losses = all(c["same_losses"] for c in checks)
     print(
         f"mtl / bare examples/s: median {ratio:.3f}x over {len(ratios)} pairs; mtl's extra "
-        f"time per step: median {overhead:+.2f} ms; same batches: {all_same_batches}; "
+        f"time per step: median {overhead:+.2f} ms; host work per step mtl / bare: median "
+        f"{host_ratio:.2f}x (goal <= 1.2x); same batches: {all_same_batches}; "
         f"same losses: {all_same_losses}"
     )
     figures = {
@@ -213,6 +274,8 @@ def main() -> None:
         "ratio_mtl_vs_bare": round(ratio, 4),
         "pair_ratios": [round(v, 4) for v in ratios],
         "extra_ms_per_step": round(overhead, 3),
+        "host_ms_per_step": {k: [round(v, 3) for v in vs] for k, vs in host.items()},
+        "host_ratio_mtl_vs_bare": round(host_ratio, 4),
         "same_batches": all_same_batches,
         "same_losses": all_same_losses,
     }

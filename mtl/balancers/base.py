@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -50,8 +52,10 @@ class Balancer(nn.Module):
         self.loss_weights = {name: float((loss_weights or {}).get(name, 1.0)) for name in tasks}
 
     def weigh(self, values: Mapping[str, Value]) -> dict[str, Value]:
-        """Each task's value times its loss weight."""
-        return {name: self.loss_weights[name] * value for name, value in values.items()}
+        """Each task's value times its loss weight (a weight of 1 multiplies nothing: on a
+        device, a kernel and an autograd node a task fewer)."""
+        weights = self.loss_weights
+        return {n: v if weights[n] == 1.0 else weights[n] * v for n, v in values.items()}
 
     def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each task's term of the micro-step, before its loss weight: its loss (weightings with
@@ -65,7 +69,7 @@ class Balancer(nn.Module):
     def loss(self, task_losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The loss to backpropagate for one micro-step's task losses (loss weightings): the sum
         of the weighted terms, in the order of `task_losses`."""
-        return sum(self.weighted(task_losses).values())  # type: ignore[return-value]
+        return functools.reduce(operator.add, self.weighted(task_losses).values())
 
     def aggregate(self, matrix: torch.Tensor, tasks: Sequence[str]) -> torch.Tensor:
         """The update of the shared parameters from per-task gradients `matrix` [tasks, P]."""

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
+from accelerate.utils import DistributedType
 
 from mtl.batching import host_to
 
@@ -52,6 +53,8 @@ class Step:
     def __init__(self, model, balancer, optimizer, scheduler, accelerator, max_grad_norm=None):
         self.model, self.balancer, self.accelerator = model, balancer, accelerator
         self.optimizer, self.scheduler, self.max_grad_norm = optimizer, scheduler, max_grad_norm
+        self.parameters = list(model.parameters())  # clipped each step: listed once
+        self.optimizer_step = plain_step(optimizer, accelerator)
         world = accelerator.num_processes
         if balancer.aggregates:
             net = accelerator.unwrap_model(model)
@@ -70,7 +73,7 @@ class Step:
                 world,
             )
         else:
-            self.gradients = LossBackward(balancer, accelerator.backward, world)
+            self.gradients = LossBackward(balancer, plain_backward(accelerator), world)
 
     def micro_step(self, batch: Mapping, sync: bool, group: int) -> tuple[dict, torch.Tensor]:
         """Forward and backward of one batch (on the device) of an accumulation group of `group`
@@ -90,11 +93,35 @@ class Step:
         `max_grad_norm`, applied; the schedule advanced; then the balancer's `after_step`."""
         self.gradients.step()
         if self.max_grad_norm:
-            self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+            self.accelerator.clip_grad_norm_(self.parameters, self.max_grad_norm)
+        self.optimizer_step()
         self.scheduler.step()
         self.optimizer.zero_grad()
         self.balancer.after_step(sum_over_processes)
+
+
+def plain_step(optimizer, accelerator):
+    """The optimizer's step. accelerate's wrapper looks for an optional package (importlib)
+    twice a step, a quarter of a millisecond of host time; with no grad scaler and no XLA all
+    it does then is call the wrapped optimizer's step, which this returns."""
+    inner = getattr(optimizer, "optimizer", None)
+    wrapped = getattr(optimizer, "scaler", None) is not None
+    if inner is None or wrapped or accelerator.distributed_type == DistributedType.XLA:
+        return getattr(optimizer, "step", None)
+    return inner.step
+
+
+def plain_backward(accelerator):
+    """accelerate's backward, which divides the loss by its own accumulation steps (1 here:
+    mtl divides by the group itself) and, with no grad scaler and no engine of its own
+    (DeepSpeed, Megatron), then calls the loss's backward: that call alone, one kernel and one
+    autograd node a step fewer."""
+    own = (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
+    if accelerator.scaler is not None or accelerator.distributed_type in own:
+        return accelerator.backward
+    if accelerator.gradient_accumulation_steps != 1:
+        return accelerator.backward
+    return torch.Tensor.backward
 
 
 def sum_over_processes(tensor: torch.Tensor) -> torch.Tensor:
@@ -117,7 +144,7 @@ class LossBackward:
 
     def backward(self, task_losses: Mapping[str, torch.Tensor], group: int) -> torch.Tensor:
         loss = self.balancer.loss(task_losses)
-        self.backward_fn(loss / group)
+        self.backward_fn(loss if group == 1 else loss / group)
         return loss.detach()
 
     def step(self) -> None:
@@ -152,7 +179,7 @@ class TaskGradients:
         for k, name in enumerate(names):
             i, head = self.tasks.index(name), self.heads[name]
             grads = torch.autograd.grad(
-                weighted[name] / group,
+                weighted[name] if group == 1 else weighted[name] / group,
                 [*self.shared, *head],
                 retain_graph=k + 1 < len(names),
                 allow_unused=True,

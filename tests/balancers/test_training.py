@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate import Accelerator
 
 import mtl.training.loop
 from mtl.artifacts import RunLayout
@@ -97,15 +96,15 @@ class MicroLosses:
 
 @pytest.mark.parametrize("balancer", ["uncertainty", "dwa"])
 def test_hooks_get_the_loss_that_was_backpropagated(tmp_path, monkeypatch, balancer):
-    """Under a weighting with a formula of its own, `on_micro_step` gets the loss given to
-    `accelerator.backward` (before: the model's weighted sum of the task losses)."""
-    backpropagated, backward = [], Accelerator.backward
+    """Under a weighting with a formula of its own, `on_micro_step` gets the loss that autograd
+    backpropagated (before: the model's weighted sum of the task losses)."""
+    backpropagated, backward = [], torch.autograd.backward
 
-    def spy(self, loss, **kwargs):
-        backpropagated.append(loss.detach().clone())
-        return backward(self, loss, **kwargs)
+    def spy(tensors, *args, **kwargs):
+        backpropagated.append(tensors.detach().clone())
+        return backward(tensors, *args, **kwargs)
 
-    monkeypatch.setattr(Accelerator, "backward", spy)
+    monkeypatch.setattr(torch.autograd, "backward", spy)
     hook = MicroLosses()
     steps = ["trainer.epochs=2", "trainer.max_steps=3"]
     if balancer == "dwa":  # windows of one step: its weights move from the third step on

@@ -50,7 +50,8 @@ class StopSignal:
     under way finishes. Call `should_stop(accelerator)` once per optimizer step, on every rank:
     it is True from the first step boundary at which any rank has received a signal (on several
     processes the boundary after: a tiny all-reduce of the flags, read one step later), on every
-    rank alike, so all ranks save the same step. A second Ctrl-C raises KeyboardInterrupt in the main thread: the user wants out now.
+    rank alike, so all ranks save the same step. A second Ctrl-C raises KeyboardInterrupt in
+    the main thread: the user wants out now.
     `agree(accelerator, checkpoint_due)` is the same all-reduce, carrying rank 0's verdict on a
     timed checkpoint as well. Use in the loop:
 
