@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The checks to run when a GPU machine is lent (about 9 minutes on one H200):
+# The checks to run when a GPU machine is lent (about 12 minutes on one H200, by estimate):
 #   1. the test suite's GPU-marked tests (pytest -m gpu: packing under bf16, AMP training, compile)
 #   2. benchmarks/bench_gpu.py: block_shuffle vs random on a BERT-base-sized encoder, fp32 vs bf16,
-#      compile on vs off, packed vs padded mixup steps, LoRA vs the whole model, and mtl vs the HF
-#      Trainer (each tool in a process of its own), side by side in one run; the table is
-#      appended to docs/benchmarks.md.
+#      compile on vs off, packed vs padded mixup steps, LoRA vs the whole model, mtl vs a bare
+#      PyTorch loop (eager and compiled) and mtl vs the HF Trainer (each tool in a process of its
+#      own), side by side in one run, with each row's host ms per step, GPU busy share and MFU;
+#      the table is appended to docs/benchmarks.md.
 #
 #   scripts/gpu_check.sh [--cpu] [--out PATH]
 #

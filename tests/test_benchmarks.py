@@ -353,3 +353,20 @@ def test_predict_orders_by_length_and_predicts_the_same():
     assert_named(figures, "predict")
     assert figures["rows"] == 64 and figures["same_predictions"] is True
     assert set(figures["examples_per_s"]) == {"length_sorted", "input_order"}
+
+
+def test_bench_gpu_counts_model_flops_over_real_and_padded_tokens():
+    """6 x parameters x tokens + 12 x layers x hidden x length^2 per sequence, and the peak of
+    the row's precision on a GPU it knows."""
+    import bench_gpu
+
+    clock = bench_gpu.StepClock(start=1, count=1)
+    clock.sizes_of_model = (10, 2, 8)  # parameters, layers, hidden
+    clock.lengths, clock.widths = [[2, 3], [4]], [4, 4]
+    assert clock.flops(0, 1, padded=False) == 6 * 10 * 5 + 12 * 2 * 8 * (2 * 2 + 3 * 3)
+    assert clock.flops(0, 1, padded=True) == 6 * 10 * 8 + 12 * 2 * 8 * (4 * 4 + 4 * 4)
+    assert (
+        clock.flops(0, 2, padded=False) == clock.flops(0, 1, False) + 6 * 10 * 4 + 12 * 2 * 8 * 16
+    )
+    assert bench_gpu.peak_flops("NVIDIA H200", bf16=True) == 989.4e12
+    assert bench_gpu.peak_flops("CPU, 1 torch threads", bf16=True) is None

@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ["random fp32", "block_shuffle fp32", "block_shuffle bf16", "mixup padded bf16"]
 ROWS += ["mixup packed bf16", "block_shuffle bf16 lora", "block_shuffle bf16 compiled"]
+ROWS += ["bare eager bf16", "bare compiled bf16"]
+COMPARISONS = ["sampler", "precision", "compile", "packing", "lora", "mtl vs bare"]
 
 
 @pytest.mark.slow
@@ -42,16 +44,18 @@ def test_cpu_dry_mode_runs_the_pipeline_and_writes_its_table(tmp_path):
         r: [v] for r, v in figures["examples_per_s"].items()
     }
     assert all(v > 0 for v in figures["examples_per_s"].values())
-    assert set(figures["ratios"]) == {"sampler", "precision", "compile", "packing", "lora"} | {
-        "mtl_vs_trainer"
-    }
+    assert set(figures["ratios"]) == {*COMPARISONS, "mtl vs bare, compiled", "mtl_vs_trainer"}
+    # each row's host time from its profiled steps; no GPU here: no busy share, no MFU
+    assert all(figures["host_ms_per_step"][row] > 0 for row in ROWS)
+    assert figures["gpu_busy"] == figures["mfu_real"] == dict.fromkeys(ROWS)
     assert_vs_trainer(figures["trainer"], done.stdout.splitlines())
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nwritten before\n")  # appended, nothing lost
     table = text.split("written before\n", 1)[1]
     assert "### CPU, 1 torch threads" in table
-    for comparison in ("sampler", "precision", "compile", "packing", "lora", "mtl vs Trainer"):
+    for comparison in (*COMPARISONS, "mtl vs Trainer"):
         assert f"| {comparison}" in table
+    assert "| row | ms/step | host ms/step | GPU busy | MFU real | MFU padded |" in table
     assert (ROOT / "docs" / "benchmarks.md").read_text() == docs  # the real file untouched
 
 
