@@ -85,11 +85,7 @@ class DWA(Balancer):
         self.register_buffer("before", torch.full((n,), float("nan"), dtype=torch.float64))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self.host_steps = 0  # `steps` on the host, so that a step reads no device value
-        self.register_load_state_dict_post_hook(DWA._steps_loaded)
-
-    @staticmethod
-    def _steps_loaded(module: DWA, keys) -> None:
-        module.host_steps = int(module.steps)
+        self.register_load_state_dict_post_hook(_host_steps_loaded)
 
     def terms(self, task_losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         terms = {}
@@ -121,3 +117,9 @@ class DWA(Balancer):
 
     def task_factors(self) -> dict[str, float]:
         return dict(zip(self.tasks, self.factors.tolist(), strict=True))
+
+
+def _host_steps_loaded(module: DWA, keys) -> None:
+    """After a checkpoint's state is loaded: `host_steps` from the loaded `steps` (a read of
+    the device at resume, not in a step)."""
+    module.host_steps = int(module.steps)
