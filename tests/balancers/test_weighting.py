@@ -76,3 +76,19 @@ def test_dwa_state_round_trips_through_its_state_dict():
 def test_dwa_refuses_bad_options(bad):
     with pytest.raises(MtlError, match="must be"):
         DWA(TASKS, **bad)
+
+
+def test_dwa_resumed_mid_window_closes_the_window_at_the_same_step():
+    """A copy loaded from a state saved mid-window counts on from there (its step count is kept
+    on the host, so that a step reads no device value) and moves its weights when the original
+    does."""
+    balancer, copy = DWA(TASKS, window=3), DWA(TASKS, window=3)
+    for window in (losses(1.0, 2.0, 3.0),) * 3 + (losses(2.0, 2.0, 1.0),):
+        balancer.loss(window)
+        balancer.after_step(sum_over_processes)
+    copy.load_state_dict(balancer.state_dict())  # 4 steps: one into the second window
+    for other in (balancer, copy):
+        for _ in range(2):
+            other.loss(losses(2.0, 2.0, 1.0))
+            other.after_step(sum_over_processes)
+    assert copy.weights() == balancer.weights() != dict.fromkeys(TASKS, 1.0)
