@@ -35,6 +35,7 @@ from torch.nn import functional as F
 from transformers.activations import ACT2FN
 
 from mtl.batching import IGNORE_INDEX
+from mtl.errors import MtlError
 from mtl.models.families import ExportTargets, HeadShape, last_token
 
 
@@ -319,3 +320,71 @@ def by_example(scores: torch.Tensor, examples: int) -> torch.Tensor:
             f"{scores.numel()} choice scores cannot be split evenly between {examples} examples"
         )
     return scores.reshape(examples, -1)
+
+
+class LanguageModelHead(nn.Module):
+    """The decoder's own LM head, as the head of a generation task: logits over the vocabulary
+    at every position; `loss` is next-token cross-entropy within each row, over the positions
+    whose labels are not -100, reduced per token (`token`: the mean over the batch's labelled
+    tokens) or per row (`sequence`: the mean of each row's mean).
+
+    `attach(encoder, adapter)` (called by `MultiTaskModel` when it is built) gives it the
+    decoder's output projection: where the decoder ties it to its input embeddings
+    (`tie_word_embeddings`, the default of GPT-2, Qwen2 and most small decoders) the head reads
+    the embedding matrix itself, which stays the decoder's parameter (shared by every task, as
+    the balancers, the optimizer and the diagnostics see it: `MultiTaskModel.owner`); where it
+    does not, the head has a projection of its own (the task's). An encoder (no causal
+    attention) is refused in one line: it does not write text."""
+
+    def __init__(
+        self, hidden_size: int, num_labels: int = 0, dropout: float = 0.0, *, reduction="token"
+    ):
+        super().__init__()
+        self.hidden_size, self.reduction = hidden_size, reduction
+        self.proj: nn.Linear | None = None  # a projection of its own (an untied decoder)
+        self.embeddings: nn.Module | None = None  # the decoder's tied input embeddings
+
+    def attach(self, encoder: nn.Module, adapter) -> None:
+        if not getattr(adapter, "causal", False):
+            raise MtlError(
+                "a generation task needs a decoder (a causal LM: model=tiny_decoder, a Qwen2, "
+                "Llama or GPT-2 checkpoint, or model.family=decoder); this model is an encoder"
+            )
+        config = encoder.config
+        embeddings = encoder.get_input_embeddings()
+        if getattr(config, "tie_word_embeddings", True):
+            # not registered as this head's: the weight is the decoder's, shared
+            object.__setattr__(self, "embeddings", embeddings)
+        else:
+            self.proj = nn.Linear(self.hidden_size, embeddings.weight.shape[0], bias=False)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.proj is not None:
+            return self.proj(hidden)
+        if self.embeddings is None:
+            raise MtlError("LanguageModelHead: attach(decoder, adapter) first")
+        return F.linear(hidden, self.embeddings.weight)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        labels = labels[:, 1:]  # position t predicts the row's token t + 1
+        logits = logits[:, :-1]
+        token = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(),
+            labels.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="none",
+        ).view(labels.shape)
+        kept = labels != IGNORE_INDEX
+        if self.reduction == "token":
+            return token.sum() / kept.sum().clamp(min=1)
+        per_row = token.sum(1) / kept.sum(1).clamp(min=1)
+        rows = kept.any(1)
+        return (per_row * rows).sum() / rows.sum().clamp(min=1)
+
+    def to_transformers(self, hf: nn.Module, targets: ExportTargets) -> str | None:
+        """Into `AutoModelForCausalLM`: a tied head is the model's own embeddings already; a
+        projection of its own is copied onto `targets.out` (`lm_head`)."""
+        if self.proj is None:
+            tied = getattr(hf.config, "tie_word_embeddings", True)
+            return None if tied else f"the causal LM does not tie its LM head; {USE_MTL}"
+        return _copy_module(self.proj, hf, targets.out, "LM head")

@@ -112,6 +112,8 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         for head in heads.values():
             if callable(getattr(head, "adapt", None)):
                 head.adapt(shape)
+            if callable(getattr(head, "attach", None)):  # a head that reads the decoder's own
+                head.attach(encoder, self.adapter)  # parts (the LM head of a generation task)
         pad_token_id = getattr(config, "pad_token_id", None) or 0
         self.packed = PackedEncoder(encoder, pad_token_id, self.adapter) if pack else None
         self.heads = nn.ModuleDict(heads)

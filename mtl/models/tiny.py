@@ -88,6 +88,10 @@ def save_tiny_model(model_type: str, folder: str | Path, seed: int = 0, **sizes:
         tokenizer.model_input_names = ["input_ids", "attention_mask"]
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names  # saved
     tokenizer.save_pretrained(folder)
+    loaded = len(AutoTokenizer.from_pretrained(folder))
+    if loaded > config.vocab_size:  # transformers loads some types' own tokenizer class over
+        model.resize_token_embeddings(loaded)  # the vocabulary, adding its end token (Qwen2)
+        model.save_pretrained(folder)
     ordinary_modes(folder)  # safetensors writes its file 0600
     return folder
 

@@ -22,12 +22,14 @@ from mtl.errors import MtlError, did_you_mean, import_target
 from mtl.task_types.base import TaskConfig, TaskType
 from mtl.task_types.choice import MultipleChoice
 from mtl.task_types.classification import Regression, SequenceClassification
+from mtl.task_types.generation import Generation
 from mtl.task_types.metrics import Metric, metric
 from mtl.task_types.multilabel import MultiLabelClassification
 from mtl.task_types.qa import QuestionAnswering
 from mtl.task_types.tagging import TokenClassification
 
 __all__ = [
+    "Generation",
     "Metric",
     "MultiLabelClassification",
     "MultipleChoice",

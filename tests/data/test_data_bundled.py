@@ -33,7 +33,10 @@ def build(name, seed=0, max_examples=None, **kwargs):
 PAIR_TASKS = ("pydoc_pair", "synthetic_pair")
 CHOICE_TASKS = ("pydoc_choice", "synthetic_choice")
 QA_TASKS = ("pydoc_qa", "pydoc_qa_v2", "synthetic_qa")
-SINGLE_TEXT_TASKS = sorted(set(BUNDLED_TASKS) - {*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS})
+GENERATION_TASKS = ["synthetic_gen"]  # tests/task_types/test_generation.py
+SINGLE_TEXT_TASKS = sorted(
+    set(BUNDLED_TASKS) - {*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS, *GENERATION_TASKS}
+)
 TASK_CONF = Path(__file__).parents[2] / "conf" / "task"
 
 

@@ -63,7 +63,7 @@ def test_short_names_are_the_exported_types_own():
     exported = [getattr(task_types, n) for n in task_types.__all__]
     types = [c for c in exported if isinstance(c, type) and issubclass(c, TaskType) and c.type_name]
     assert found == {cls.type_name: cls for cls in types}
-    assert len(found) == 6
+    assert len(found) == 7
     for name, cls in found.items():
         assert task_type_class(name) is cls
         assert task_type_class(f"mtl.task_types.{cls.__name__}") is cls
@@ -169,8 +169,10 @@ def test_heads_live_in_models_heads():
 
     assert choice.MultipleChoiceHead is heads.MultipleChoiceHead
     assert multilabel.MultiLabelHead is heads.MultiLabelHead
-    for cls in builtin_types().values():
-        head = cls.default_head(None, 8, 3, 0.0)
+    for name, cls in builtin_types().items():
+        options = {"choices_column": "c"} if cls is MultipleChoice else {}
+        task_type = cls("t", cls.Options(type=name, source={}, **options))
+        head = task_type.default_head(8, 3, 0.0)
         assert type(head).__module__ == "mtl.models.heads", cls
 
 
@@ -180,5 +182,6 @@ def test_each_built_in_type_names_its_transformers_model(name):
     options = {"choices_column": "c"} if cls is MultipleChoice else {}
     task_type = cls("t", cls.Options(type=name, source={}, **options))
     kind = task_type.export_kind(["a", "b"])
-    assert kind.auto_class.startswith("AutoModelFor") and kind.out in ("classifier", "qa_outputs")
+    outs = ("classifier", "qa_outputs", "lm_head")
+    assert kind.auto_class.startswith("AutoModelFor") and kind.out in outs
     assert callable(task_type.default_head(8, 2, 0.0).to_transformers)

@@ -73,6 +73,8 @@ from the other themes, between filler words.
   of the others) belongs with the sentence. Chance 0.25.
 - `synthetic_qa` (question_answering): "Which animal/food/vehicle is named first?", asked of a
   theme the sentence has; the answer is that word. Sentences without a theme word are skipped.
+- `synthetic_gen` (generation): prompt "<the sentence> . about :", completion its theme written
+  out (animals, food, vehicles). Chance: 1/3 exact match for a model that writes one theme.
 
 The code
 --------
@@ -133,6 +135,7 @@ BUNDLED_TASKS: dict[str, tuple[str, list[str] | None]] = {
     "synthetic_pair": ("sequence_classification", PAIR_LABELS),
     "synthetic_choice": ("multiple_choice", None),
     "synthetic_qa": ("question_answering", None),
+    "synthetic_gen": ("generation", None),
 }
 _SPLIT_WITHIN = {"pydoc_pair", "pydoc_choice", "pydoc_qa", "pydoc_qa_v2"}
 
@@ -167,7 +170,7 @@ def bundled_rows(
     else:
         if size < 2:
             raise MtlError(f"bundled task {name!r}: size must be at least 2, got {size}")
-        if name in ("synthetic_cls", "synthetic_tag", "synthetic_reg"):
+        if name in ("synthetic_cls", "synthetic_tag", "synthetic_reg", "synthetic_gen"):
             rows = synthetic_rows(name, size, seed)
         else:
             rows = synthetic_multi_rows(name, size, seed)

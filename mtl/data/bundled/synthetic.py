@@ -52,10 +52,15 @@ def _synthetic_sentences(size: int, seed: int) -> tuple[tuple[str, tuple, tuple]
 
 
 def synthetic_rows(name: str, size: int, seed: int) -> list[Row]:
-    """All rows of synthetic_cls, synthetic_tag or synthetic_reg, one per sentence, unsplit."""
-    rows = []
+    """All rows of synthetic_cls, synthetic_tag, synthetic_reg or synthetic_gen, one per
+    sentence, unsplit."""
+    rows: list[Row] = []
     for theme, words, tags in _synthetic_sentences(size, seed):
-        if name == "synthetic_cls":
+        if name == "synthetic_gen":  # the sentence -> what it is about, written out
+            rows.append(
+                {"prompt": " ".join(words) + " . about :", "completion": THEME_NAMES[theme]}
+            )
+        elif name == "synthetic_cls":
             rows.append({"text": " ".join(words), "label": THEME_NAMES[theme]})
         elif name == "synthetic_tag":
             rows.append({"text": list(words), "label": list(tags)})

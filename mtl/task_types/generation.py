@@ -1,0 +1,167 @@
+"""Generation: a prompt and the completion a decoder should write (causal-LM fine-tuning).
+
+A row is `prompt_column` and `completion_column` (texts). It is encoded as the prompt's tokens
+(with the tokenizer's special tokens: a BOS where it adds one) followed by the completion's and
+an end-of-sequence token (the tokenizer's EOS, else its SEP), one row of `input_ids`. The
+completion tokens and that end token are the row's labels; the prompt's positions are -100 (not
+trained) unless `train_on_prompt: true`. A row longer than `max_length` keeps its completion:
+the prompt is cut from the left (its first token, a BOS, kept), and where even the completion
+does not fit, its end is cut. Each position predicts the next token of its own row (the labels
+are shifted in the head, row by row: no token predicts another row's, padded or packed).
+
+The head is the decoder's own LM head (`mtl.models.heads.LanguageModelHead`: the input
+embeddings where the decoder ties them, shared by every task; a head of its own where it does
+not). The loss is the mean over the batch's completion tokens (`loss_reduction: token`) or the
+mean of each row's mean (`sequence`).
+
+Dev metrics, teacher-forced (the model reads the reference completion): `token_accuracy` (the
+share of completion tokens whose next-token prediction is right), `loss` (mean cross-entropy
+per completion token) and `perplexity` (exp of it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mtl.batching import IGNORE_INDEX
+from mtl.errors import MtlError
+from mtl.models.heads import LanguageModelHead, TransformersModel
+from mtl.task_types.base import TaskConfig, TaskType
+from mtl.task_types.metrics import Metric
+
+REDUCTIONS = ("token", "sequence")
+
+
+@dataclass
+class GenerationOptions(TaskConfig):
+    """`generation` keys: the two text columns, whether the prompt is trained on, and how the
+    loss is reduced."""
+
+    prompt_column: str = "prompt"
+    completion_column: str = "completion"
+    train_on_prompt: bool = False
+    loss_reduction: str = "token"  # token: mean over completion tokens; sequence: of row means
+
+    def check(self, name: str) -> None:
+        super().check(name)
+        if self.loss_reduction not in REDUCTIONS:
+            raise MtlError(
+                f"task.{name}.loss_reduction={self.loss_reduction!r}; use token (the mean over "
+                "the batch's completion tokens) or sequence (the mean of each row's mean)"
+            )
+
+
+def _share(rows: np.ndarray, numerator: int) -> float:
+    return float(rows[:, numerator].sum() / max(rows[:, 1].sum(), 1))
+
+
+def token_accuracy(predictions: np.ndarray, references) -> float:
+    return _share(predictions, 2)
+
+
+def token_loss(predictions: np.ndarray, references) -> float:
+    return _share(predictions, 0)
+
+
+def perplexity(predictions: np.ndarray, references) -> float:
+    return math.exp(min(token_loss(predictions, references), 700.0))
+
+
+class Generation(TaskType):
+    """A prompt and its completion, written by a decoder (module docstring)."""
+
+    type_name = "generation"
+    Options = GenerationOptions
+    known_metrics = (
+        Metric(token_accuracy, "token_accuracy", True),
+        Metric(token_loss, "loss", False),
+        Metric(perplexity, "perplexity", False),
+    )
+    default_metrics = ("token_accuracy", "loss", "perplexity")
+    token_labels = True
+
+    def columns(self) -> list[str]:
+        return [self.config.prompt_column, self.config.completion_column]
+
+    def encode(self, rows, tokenizer, label_names, where):
+        c = self.config
+        end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
+        end = end if end is not None else tokenizer.sep_token_id
+        if end is None:
+            raise MtlError(
+                f"{where}: the tokenizer has no end-of-sequence token (eos_token, or sep_token) "
+                "to end a completion with; use a tokenizer that has one"
+            )
+        prompts, completions = rows[c.prompt_column], rows[c.completion_column]
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            if not isinstance(prompt, str) or not isinstance(completion, str):
+                raise MtlError(f"{where}, row {i}: the prompt and the completion must be texts")
+            if not completion.strip():
+                raise MtlError(
+                    f"{where}, row {i}: the completion ({c.completion_column!r}) is empty: a row "
+                    "with nothing to write teaches nothing; drop it or fill it in"
+                )
+        prompt_ids = tokenizer(list(prompts))["input_ids"]
+        completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+        out: dict[str, list] = {"input_ids": [], "labels": [], "length": []}
+        for p, comp in zip(prompt_ids, completion_ids, strict=True):
+            ids, labels = self.row(list(p), [*comp, end])
+            out["input_ids"].append(ids)
+            out["labels"].append(labels)
+            out["length"].append(len(ids))
+        return out
+
+    def row(self, prompt: list[int], completion: list[int]) -> tuple[list[int], list[int]]:
+        """One row's ids and labels, cut to `max_length` (module docstring)."""
+        limit = self.config.max_length
+        completion = completion[: limit - 1]  # at least one prompt token reads before it
+        room = limit - len(completion)
+        if len(prompt) > room:  # the prompt cut from the left, its first token (BOS) kept
+            prompt = prompt[:1] + prompt[len(prompt) - room + 1 :] if room > 1 else prompt[:1]
+        ids = prompt + completion
+        kept = prompt if self.config.train_on_prompt else [IGNORE_INDEX] * len(prompt)
+        return ids, kept + completion
+
+    def num_labels(self, label_names) -> int:
+        return 0
+
+    def export_kind(self, label_names):
+        return TransformersModel("AutoModelForCausalLM", {}, "lm_head")
+
+    def default_head(self, hidden_size, num_labels, dropout):
+        return LanguageModelHead(hidden_size, reduction=self.config.loss_reduction)
+
+    def predict(self, logits: torch.Tensor, batch: dict) -> list[tuple[float, int, int]]:
+        """Per row: (summed cross-entropy, completion tokens, tokens predicted right)."""
+        labels = batch["labels"][:, 1:]
+        logits = logits[:, :-1].float()
+        kept = labels != IGNORE_INDEX
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="none",
+        ).view(labels.shape)
+        right = (logits.argmax(-1) == labels) & kept
+        rows = torch.stack([loss.sum(1), kept.sum(1).float(), right.sum(1).float()], 1)
+        return [(a, int(b), int(c)) for a, b, c in rows.cpu().tolist()]
+
+    def prepare(self, predictions, references, label_names):
+        return np.asarray(predictions, dtype=np.float64).reshape(-1, 3), references
+
+    def references(self, dev, label_names):
+        return [None] * len(dev)
+
+    def input_columns(self) -> list[str]:
+        return [self.config.prompt_column]
+
+    def readable(self, outputs, label_names, row, encoded):
+        raise MtlError(
+            f"task {self.name!r} is a generation task: mtl-predict does not write its "
+            "completions yet; predict the other tasks (task=<name>)"
+        )

@@ -1,0 +1,170 @@
+"""generation: prompt -> completion rows, labels on the completion alone, the decoder's own LM
+head (its loss against transformers' causal-LM loss), one line for bad rows and for an encoder,
+and a tiny random decoder that learns the bundled synthetic_gen task."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from mtl.batching import IGNORE_INDEX
+from mtl.data import load_tokenizer
+from mtl.errors import MtlError
+from mtl.models import MultiTaskModel, load_encoder_and_pooler
+from mtl.models.families import adapter_for
+from mtl.models.heads import LanguageModelHead
+from mtl.models.tiny import save_tiny_model
+from mtl.task_types import Generation, task_config
+from mtl.training.loop import run
+
+SLOW = pytest.mark.slow
+
+
+def generation(**options) -> Generation:
+    config = task_config({"type": "generation", "source": {"bundled": "synthetic_gen"}, **options})
+    return Generation("gen", config)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_labels_are_the_completion_and_its_end_token(tokenizer):
+    rows = {"prompt": ["the cat sat"], "completion": ["on a mat"]}
+    out = generation().encode(rows, tokenizer, None, "task 'gen'")
+    prompt = tokenizer("the cat sat")["input_ids"]  # [CLS] ... [SEP]: its special tokens
+    completion = tokenizer("on a mat", add_special_tokens=False)["input_ids"]
+    end = tokenizer.sep_token_id  # MiniLM's tokenizer has no EOS: its SEP ends a completion
+    assert out["input_ids"] == [prompt + completion + [end]]
+    assert out["labels"] == [[IGNORE_INDEX] * len(prompt) + completion + [end]]
+    assert out["length"] == [len(prompt) + len(completion) + 1]
+    on_prompt = generation(train_on_prompt=True).encode(rows, tokenizer, None, "task 'gen'")
+    assert on_prompt["labels"] == on_prompt["input_ids"]
+
+
+def test_a_long_row_keeps_its_completion_and_cuts_the_prompt_from_the_left(tokenizer):
+    prompt = " ".join(f"w{i}" for i in range(40))
+    rows = {"prompt": [prompt], "completion": ["the end"]}
+    out = generation(max_length=12).encode(rows, tokenizer, None, "task 'gen'")
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    completion = tokenizer("the end", add_special_tokens=False)["input_ids"] + [102]
+    full = tokenizer(prompt)["input_ids"]
+    assert len(ids) == 12 and ids[-len(completion) :] == completion
+    assert ids[0] == full[0] and ids[1 : 12 - len(completion)] == full[-(11 - len(completion)) :]
+    assert labels[-len(completion) :] == completion
+    assert set(labels[: -len(completion)]) == {IGNORE_INDEX}
+
+
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        ({"prompt": ["a"], "completion": ["  "]}, "row 0: the completion ('completion') is empty"),
+        ({"prompt": [None], "completion": ["b"]}, "row 0: the prompt and the completion must be"),
+    ],
+)
+def test_a_bad_row_is_one_line_naming_it(tokenizer, rows, says):
+    with pytest.raises(MtlError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        generation().encode(rows, tokenizer, None, "task 'gen', train split")
+
+
+def test_loss_reduction_is_checked():
+    with pytest.raises(MtlError, match="loss_reduction='mean'; use token"):
+        task_config(
+            {"type": "generation", "source": {"bundled": "x"}, "loss_reduction": "mean"}
+        ).check("gen")
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    return save_tiny_model("qwen2", tmp_path_factory.mktemp("qwen2") / "model")
+
+
+def test_the_loss_is_transformers_causal_lm_loss(decoder, tokenizer):
+    """The head on the decoder's hidden states, with the LM head's weights: the same loss as
+    `AutoModelForCausalLM(..., labels=...)` (shifted within each row, prompt positions out)."""
+    torch.manual_seed(0)
+    lm = AutoModelForCausalLM.from_pretrained(decoder).eval()
+    encoder, _ = load_encoder_and_pooler(str(decoder))
+    encoder.load_state_dict(lm.model.state_dict())
+    head = LanguageModelHead(encoder.config.hidden_size)
+    head.attach(encoder, adapter_for(encoder.config))
+    head.proj.weight.data.copy_(lm.lm_head.weight.data)
+    gen = generation()
+    rows = {"prompt": ["a b c", "d"], "completion": ["e f", "g h i"]}
+    out = gen.encode(rows, load_tokenizer(str(decoder)), None, "task 'gen'")
+    collate = gen.collator(pad_token_id=0)
+    batch = collate([{k: out[k][i] for k in out} | {"example_id": i} for i in range(2)])
+    with torch.no_grad():
+        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        ours = head.loss(head(hidden.last_hidden_state, batch["attention_mask"]), batch["labels"])
+        theirs = lm(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            labels=batch["labels"],
+        ).loss  # fmt: skip
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
+
+
+def test_a_tied_lm_head_is_the_decoders_embedding_and_shared(tmp_path, tokenizer):
+    folder = save_tiny_model("gpt2", tmp_path / "gpt2")  # GPT-2 ties its LM head
+    encoder, _ = load_encoder_and_pooler(str(folder))
+    model = MultiTaskModel(encoder, {"gen": generation().make_head(32, 0, 0.0)})
+    assert model.task_parameters("gen") == []  # the head holds no weight of its own
+    shared = dict(model.shared_parameters())
+    embedding = encoder.get_input_embeddings().weight
+    assert any(p is embedding for p in shared.values())
+    assert not [k for k in model.state_dict() if k.startswith("heads.")]
+    hidden = torch.randn(1, 3, 32)
+    assert torch.equal(model.heads["gen"](hidden, None), hidden @ embedding.T)
+
+
+def test_an_encoder_is_refused_in_one_line(make_cfg):
+    with pytest.raises(MtlError, match="a generation task needs a decoder"):
+        run(make_cfg("task=[synthetic_gen]"))
+
+
+@SLOW
+def test_a_tiny_decoder_learns_the_synthetic_task(make_cfg, decoder, tmp_path):
+    """Loss falls and token accuracy rises well above its first evaluation's (about a minute)."""
+    cfg = make_cfg(
+        "task=[synthetic_gen]", f"model.name_or_path={decoder}", "model.random_init=true",
+        "data.max_examples=null", "trainer.epochs=10", "trainer.max_steps=200",
+        "trainer.lr=3e-3", "trainer.head_lr=3e-3", "trainer.log_every=50",
+    )  # fmt: skip
+    run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    evals = [r for r in rows if "eval/synthetic_gen/loss" in r]
+    first, last = evals[0], evals[-1]
+    assert last["eval/synthetic_gen/loss"] < first["eval/synthetic_gen/loss"] / 5
+    assert (
+        last["eval/synthetic_gen/token_accuracy"] > 0.9 > first["eval/synthetic_gen/token_accuracy"]
+    )
+
+
+def test_the_export_is_a_causal_lm_transformers_loads(train_here, decoder, tmp_path, monkeypatch):
+    """`mtl-export <run> <out> standard=true`: the task's folder is an `AutoModelForCausalLM`
+    (with its tokenizer and generation config) whose logits are mtl's; mtl.load_model reads the
+    export back."""
+    import mtl
+    from mtl.cli.export import main as export_main
+
+    monkeypatch.chdir(tmp_path)
+    code, err = train_here(
+        "debug=fast", "task=[synthetic_gen]", f"model.name_or_path={decoder}",
+        "model.random_init=true", "hydra.run.dir=run",
+    )  # fmt: skip
+    assert code == 0, err
+    out = tmp_path / "out"
+    export_main([str(tmp_path / "run"), str(out), "standard=true"])
+    folder = out / "synthetic_gen"
+    assert (folder / "generation_config.json").is_file()
+    lm = AutoModelForCausalLM.from_pretrained(folder).eval()
+    loaded = mtl.load_model(out)
+    batch = loaded.tokenizer(["the cat . about :"], return_tensors="pt")
+    with torch.no_grad():
+        theirs = lm(**batch).logits
+        ours = loaded.model.logits({**batch, "task": "synthetic_gen"})["synthetic_gen"]
+    assert torch.allclose(ours, theirs, atol=1e-4)
