@@ -22,6 +22,8 @@ per completion token) and `perplexity` (exp of it).
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +72,68 @@ def token_loss(predictions: np.ndarray, references) -> float:
 
 def perplexity(predictions: np.ndarray, references) -> float:
     return math.exp(min(token_loss(predictions, references), 700.0))
+
+
+# Scores of generated text against the reference completion, one pair per dev row: each equal
+# to its reference implementation (tests/task_types/test_generation.py).
+
+_NON_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
+
+
+def exact_match(predictions, references) -> float:
+    """The share of rows whose generated text equals the completion (spaces around aside)."""
+    pairs = list(zip(predictions, references, strict=True))
+    return sum(p.strip() == r.strip() for p, r in pairs) / max(len(pairs), 1)
+
+
+def _rouge_tokens(text: str) -> list[str]:
+    """rouge-score's default tokens: lowercase, runs of anything but a-z0-9 split."""
+    return [t for t in _NON_ALPHANUMERIC.sub(" ", text.lower()).split() if t]
+
+
+def _lcs(a: list[str], b: list[str]) -> int:
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b):
+            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+def rouge_l(predictions, references) -> float:
+    """ROUGE-L F-measure (rouge-score's `rougeL`, no stemming), the mean over rows."""
+    total = 0.0
+    pairs = list(zip(predictions, references, strict=True))
+    for prediction, reference in pairs:
+        p, r = _rouge_tokens(prediction), _rouge_tokens(reference)
+        common = _lcs(r, p) if p and r else 0
+        if common:
+            precision, recall = common / len(p), common / len(r)
+            total += 2 * precision * recall / (precision + recall)
+    return total / max(len(pairs), 1)
+
+
+def chrf(predictions, references, order: int = 6, beta: float = 2.0) -> float:
+    """Corpus chrF (sacrebleu's `CHRF()`: character n-grams up to 6, whitespace removed,
+    statistics summed over the rows, precision and recall averaged over the orders), 0-100."""
+    stats = np.zeros((order, 3))  # per order: hypothesis n-grams, reference n-grams, matches
+    for prediction, reference in zip(predictions, references, strict=True):
+        hyp, ref = "".join(prediction.split()), "".join(reference.split())
+        for n in range(1, order + 1):
+            h = Counter(hyp[i : i + n] for i in range(len(hyp) - n + 1))
+            r = Counter(ref[i : i + n] for i in range(len(ref) - n + 1))
+            # as sacrebleu: a row's hypothesis n-grams count only where its reference has some
+            stats[n - 1] += (sum(h.values()) if r else 0, sum(r.values()), sum((h & r).values()))
+    found = (stats[:, 0] > 0) & (stats[:, 1] > 0)
+    if not found.any():
+        return 0.0
+    precision = (stats[found, 2] / stats[found, 0]).mean()
+    recall = (stats[found, 2] / stats[found, 1]).mean()
+    if precision + recall == 0:
+        return 0.0
+    factor = beta**2
+    return float(100 * (1 + factor) * precision * recall / (factor * precision + recall))
 
 
 class Generation(TaskType):

@@ -168,3 +168,32 @@ def test_the_export_is_a_causal_lm_transformers_loads(train_here, decoder, tmp_p
         theirs = lm(**batch).logits
         ours = loaded.model.logits({**batch, "task": "synthetic_gen"})["synthetic_gen"]
     assert torch.allclose(ours, theirs, atol=1e-4)
+
+
+TEXTS = [
+    ("the cat sat on the mat", "The cat sat on a mat."),
+    ("animals", "animals"),
+    ("", "food"),
+    ("vehicles and boats", "food"),
+    ("New-York, 2024!", "new york 2024"),
+    ("a b a b a", "b a b"),
+]
+
+
+def test_generated_text_scores_equal_rouge_score_and_sacrebleu():
+    from rouge_score import rouge_scorer
+    from sacrebleu.metrics import CHRF
+
+    from mtl.task_types.generation import chrf, exact_match, rouge_l
+
+    predictions, references = [p for p, _ in TEXTS], [r for _, r in TEXTS]
+    scorer = rouge_scorer.RougeScorer(["rougeL"])
+    expected = [scorer.score(r, p)["rougeL"].fmeasure for p, r in TEXTS]
+    assert rouge_l(predictions, references) == pytest.approx(sum(expected) / len(expected))
+    corpus = CHRF().corpus_score(predictions, [references]).score
+    assert chrf(predictions, references) == pytest.approx(corpus)
+    for i in range(len(TEXTS)):  # and row by row
+        one = CHRF().corpus_score(predictions[i : i + 1], [references[i : i + 1]]).score
+        assert chrf(predictions[i : i + 1], references[i : i + 1]) == pytest.approx(one)
+    assert exact_match(predictions, references) == pytest.approx(1 / 6)
+    assert exact_match([" animals "], ["animals"]) == 1.0
