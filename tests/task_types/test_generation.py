@@ -5,9 +5,17 @@ and a tiny random decoder that learns the bundled synthetic_gen task."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
+
+# rouge-score imports absl, whose log handler keeps the stderr of the moment (pytest's captured
+# stream, closed later); the next logging.config call (a Hydra run in a later test) flushes every
+# handler ever made: the handler writes to the process's own stderr instead.
+from absl import logging as absl_logging
+from rouge_score import rouge_scorer
+from sacrebleu.metrics import CHRF
 from transformers import AutoModelForCausalLM
 
 from mtl.batching import IGNORE_INDEX
@@ -21,6 +29,7 @@ from mtl.task_types import Generation, task_config
 from mtl.training.loop import run
 
 SLOW = pytest.mark.slow
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__  # see the imports
 
 
 def generation(**options) -> Generation:
@@ -181,9 +190,6 @@ TEXTS = [
 
 
 def test_generated_text_scores_equal_rouge_score_and_sacrebleu():
-    from rouge_score import rouge_scorer
-    from sacrebleu.metrics import CHRF
-
     from mtl.task_types.generation import chrf, exact_match, rouge_l
 
     predictions, references = [p for p, _ in TEXTS], [r for _, r in TEXTS]
