@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from mtl.cli.script import Command, Option, Positional, flag, one_line_errors
+from mtl.cli.script import TRUST, Command, Option, Positional, flag, one_line_errors
 from mtl.quiet import quiet_libraries
 
 COMMAND = Command(
@@ -40,14 +40,7 @@ COMMAND = Command(
             False,
             flag,
         ),
-        Option(
-            "trust_custom_code",
-            "false",
-            "allow task types, heads and metrics that are not "
-            "mtl's own (their code is imported and run)",
-            False,
-            flag,
-        ),
+        TRUST,
     ),
 )
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 import os
 import sys
 
-from mtl.cli.script import REQUIRED, Command, Option, count, flag, names, one_line_errors
+from mtl.cli.script import (
+    REQUIRED,
+    TRUST,
+    Command,
+    Option,
+    count,
+    flag,
+    names,
+    one_line_errors,
+)
 from mtl.quiet import quiet_libraries
 
 COMMAND = Command(
@@ -37,14 +46,7 @@ COMMAND = Command(
         ),
         Option("batch_size", "32", "rows per forward call", 32, count),
         Option("overwrite", "false", "replace an existing output file", False, flag),
-        Option(
-            "trust_custom_code",
-            "false",
-            "allow task types, heads and metrics that are not "
-            "mtl's own (their code is imported and run)",
-            False,
-            flag,
-        ),
+        TRUST,
     ),
     notes="The output is written whole or not at all; bad input writes nothing.",
 )

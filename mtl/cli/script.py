@@ -132,6 +132,16 @@ class Option:
         return f"[{self.name}={self.value if shown is None else shown}]"
 
 
+# The option of every command that reads a folder made elsewhere (mtl-export, mtl-predict).
+TRUST = Option(
+    "trust_custom_code",
+    "false",
+    "allow task types, heads and metrics that are not mtl's own (their code is imported and run)",
+    False,
+    flag,
+)
+
+
 @dataclass(frozen=True)
 class Positional:
     name: str
