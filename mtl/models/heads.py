@@ -322,6 +322,20 @@ def by_example(scores: torch.Tensor, examples: int) -> torch.Tensor:
     return scores.reshape(examples, -1)
 
 
+def next_token_losses(logits: torch.Tensor, labels: torch.Tensor):
+    """(cross-entropy [B, L - 1] of each position's next token in its own row, 0 where the
+    label is -100; the positions that count), from logits [B, L, V] and labels [B, L]."""
+    labels = labels[:, 1:]  # position t predicts the row's token t + 1
+    logits = logits[:, :-1].float()
+    token = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    ).view(labels.shape)
+    return token, labels != IGNORE_INDEX
+
+
 class LanguageModelHead(nn.Module):
     """The decoder's own LM head, as the head of a generation task: logits over the vocabulary
     at every position; `loss` is next-token cross-entropy within each row, over the positions
@@ -366,15 +380,7 @@ class LanguageModelHead(nn.Module):
         return F.linear(hidden, self.embeddings.weight)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        labels = labels[:, 1:]  # position t predicts the row's token t + 1
-        logits = logits[:, :-1]
-        token = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(),
-            labels.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction="none",
-        ).view(labels.shape)
-        kept = labels != IGNORE_INDEX
+        token, kept = next_token_losses(logits, labels)
         if self.reduction == "token":
             return token.sum() / kept.sum().clamp(min=1)
         per_row = token.sum(1) / kept.sum(1).clamp(min=1)

@@ -57,7 +57,6 @@ class Packing:
         mask = attention_mask.detach().cpu().numpy().astype(bool)
         self.rows, self.length = mask.shape
         lengths = mask.sum(1)
-        self.padded = bool(not mask.all())
         self.is_prefix = bool((mask == (np.arange(self.length) < lengths[:, None])).all())
         bins, offsets, self.packed_rows = first_fit(lengths, self.length)
         real = np.flatnonzero(mask.reshape(-1))  # flat [N * L] index of each real token
@@ -152,15 +151,17 @@ class PackedEncoder:
     ) -> torch.Tensor:
         """`host_mask`: the batch's attention mask on the host, where `inputs` are on a device
         (the plan is made from it without waiting for the device)."""
-        packing = Packing(inputs["attention_mask"] if host_mask is None else host_mask)
-        if not packing.padded:  # every token is real: no mask for transformers to read
+        host = inputs["attention_mask"] if host_mask is None else host_mask
+        if bool(host.all()):  # every token is real: no mask for transformers to read
             unmasked = {k: v for k, v in inputs.items() if k != "attention_mask"}
             return encoder(**unmasked).last_hidden_state
-        if self.supported is not False and packing.worth_it():
-            if self.supported is None:
-                self.supported = self.check(encoder, inputs, packing)
-            if self.supported:
-                return packing.unpack(self.run(encoder, inputs, packing))
+        if self.supported is not False:  # planned only for an encoder that packs
+            packing = Packing(host)
+            if packing.worth_it():
+                if self.supported is None:
+                    self.supported = self.check(encoder, inputs, packing)
+                if self.supported:
+                    return packing.unpack(self.run(encoder, inputs, packing))
         return encoder(**inputs).last_hidden_state
 
     def run(self, encoder: nn.Module, inputs: dict, packing: Packing) -> torch.Tensor:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
-from mtl.models.heads import LanguageModelHead, TransformersModel
+from mtl.models.heads import LanguageModelHead, TransformersModel, next_token_losses
 from mtl.task_types.base import TaskConfig, TaskType
 from mtl.task_types.metrics import Metric
 
@@ -154,8 +153,8 @@ class Generation(TaskType):
 
     def encode(self, rows, tokenizer, label_names, where):
         c = self.config
-        end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else None
-        end = end if end is not None else tokenizer.sep_token_id
+        end = tokenizer.eos_token_id
+        end = tokenizer.sep_token_id if end is None else end
         if end is None:
             raise MtlError(
                 f"{where}: the tokenizer has no end-of-sequence token (eos_token, or sep_token) "
@@ -202,16 +201,8 @@ class Generation(TaskType):
 
     def predict(self, logits: torch.Tensor, batch: dict) -> list[tuple[float, int, int]]:
         """Per row: (summed cross-entropy, completion tokens, tokens predicted right)."""
-        labels = batch["labels"][:, 1:]
-        logits = logits[:, :-1].float()
-        kept = labels != IGNORE_INDEX
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            labels.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction="none",
-        ).view(labels.shape)
-        right = (logits.argmax(-1) == labels) & kept
+        loss, kept = next_token_losses(logits, batch["labels"])
+        right = (logits[:, :-1].argmax(-1) == batch["labels"][:, 1:]) & kept
         rows = torch.stack([loss.sum(1), kept.sum(1).float(), right.sum(1).float()], 1)
         return [(a, int(b), int(c)) for a, b, c in rows.cpu().tolist()]
 
