@@ -38,7 +38,8 @@ class WeightedLoader(CompositeLoader):
         try:
             options = self.mixture_options(**mixture)
         except TypeError as err:  # a key the options do not have
-            raise MtlError(f"loader: {err}; its options are {self.option_names()}") from None
+            names = ", ".join(f.name for f in fields(self.mixture_options))
+            raise MtlError(f"loader: {err}; its options are {names}") from None
         self.mixture = Mixture(self.names, self.sizes, options, epochs=epochs)
         if options.stages and self.fixed_length is None:
             raise MtlError(
@@ -53,10 +54,6 @@ class WeightedLoader(CompositeLoader):
         if options.stages:
             self.mixture.boundaries(self.fixed_length)  # one line for a bad `until`
         self.online = None if online is None else OnlineMixing(self, online)
-
-    @classmethod
-    def option_names(cls) -> str:
-        return ", ".join(f.name for f in fields(cls.mixture_options))
 
     @property
     def fixed_length(self) -> int | None:
