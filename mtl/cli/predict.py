@@ -46,6 +46,13 @@ COMMAND = Command(
         ),
         Option("batch_size", "32", "rows per forward call", 32, count),
         Option("overwrite", "false", "replace an existing output file", False, flag),
+        Option(
+            "max_new_tokens",
+            "<the task's>",
+            "tokens a generation task writes at most per row",
+            None,
+            count,
+        ),
         TRUST,
     ),
     notes="The output is written whole or not at all; bad input writes nothing.",
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=args["batch_size"],
         overwrite=args["overwrite"],
         trust_custom_code=args["trust_custom_code"],
+        max_new_tokens=args["max_new_tokens"],
     )
 
 

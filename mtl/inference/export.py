@@ -222,6 +222,7 @@ def write_export(
             if hf is None:
                 print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
                 continue
+            task.task_type.configure_export(hf, tokenizer)
             hf.save_pretrained(tmp / name)
             task_tokenizer = copy.deepcopy(tokenizer)
             task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike

@@ -3,7 +3,8 @@
 a run's test splits without labels (`predict_unlabeled`).
 
     mtl-predict model=<run or export folder> task=<name or [a,b]> input=<file or -> \\
-        output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false]
+        output=<file or -> [batch_size=32] [overwrite=false] [trust_custom_code=false] \\
+        [max_new_tokens=<the task's>]
 
 Input is any file training reads (`mtl.data.sources.FORMATS`: jsonl, json, csv, tsv, parquet,
 txt, optionally compressed); output is jsonl (`.jsonl`/`.json`), csv or tsv by extension; `-`
@@ -11,7 +12,9 @@ is jsonl on stdin/stdout. The output is written whole or not at all, and an exis
 with `overwrite=true` (`mtl.artifacts`). A model whose task types or heads are not mtl's own
 loads only with `trust_custom_code=true` (`mtl.inference.trust`). Each output row is the input
 row (its fields kept, in input order) plus `prediction` and `score` (with several tasks
-`<task>.prediction` and `<task>.score`): see the task types' `readable`. Rows are batched by
+`<task>.prediction` and `<task>.score`): see the task types' `readable`; a generation task's
+`prediction` is the text its decoder writes greedily after the row's prompt (at most
+`max_new_tokens` tokens, default the task's). Rows are batched by
 length (fewer pad tokens), the order restored.
 Bad input is one line `mtl: error: ...` (status 2) and writes no output file.
 """
@@ -29,6 +32,7 @@ from mtl.batching import to_device
 from mtl.errors import MtlError
 from mtl.inference.export import LoadedModel, TaskInfo, load_model, run_folder
 from mtl.inference.rows import cell, output_kind, read_rows, render, write_output
+from mtl.models.decoding import greedy
 
 CHUNK = 1000  # source rows encoded at a time
 
@@ -46,8 +50,11 @@ def predict_task(
     device=None,
     from_csv: bool = False,
     progress: bool = False,
+    max_new_tokens: int | None = None,
 ) -> list[dict]:
-    """{"prediction", ("score")} of every row for task `name`, in row order.
+    """{"prediction", ("score")} of every row for task `name`, in row order (a generation
+    task's: {"prediction": the text written, at most `max_new_tokens` tokens, default the
+    task's}).
 
     `sort`: batches of rows of similar length (longest first), else in input order."""
     if name not in loaded.tasks:
@@ -69,7 +76,10 @@ def predict_task(
     lengths = np.asarray(encoded["length"])
     order = np.argsort(-lengths, kind="stable") if sort else np.arange(len(lengths))
     batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
-    outputs = _model_outputs(loaded, name, encoded, batches, device, progress)
+    if info.task_type.writes_text:
+        outputs = _written(loaded, name, encoded, batches, device, progress, max_new_tokens)
+    else:
+        outputs = _model_outputs(loaded, name, encoded, batches, device, progress)
     windows: dict[int, list[int]] = {}  # source row -> its model rows
     for index, example in enumerate(encoded["example_id"]):
         windows.setdefault(example, []).append(index)
@@ -118,22 +128,60 @@ def _model_outputs(
     collate = task_type.collator(loaded.tokenizer.pad_token_id)
     device = device or next(loaded.model.parameters()).device
     outputs: list[Any] = [None] * len(encoded["length"])
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(outputs), desc=f"predict {name}", unit="row", file=sys.stderr)
     with torch.inference_mode():
-        for indices in batches:
+        for indices in _progress(batches, len(outputs), name, progress):
             batch = to_device(collate(data.__getitems__(indices)), device)
             batch["task"] = name
             logits = loaded.model.logits(batch)[name]
             for index, value in zip(indices, task_type.outputs(logits, batch), strict=True):
                 outputs[index] = value
-            if bar is not None:
-                bar.update(len(indices))
-    if bar is not None:
-        bar.close()
+    return outputs
+
+
+def _progress(batches: list[list[int]], rows: int, name: str, shown: bool):
+    """The batches, with a progress bar of their rows on stderr where `shown`."""
+    if not shown:
+        yield from batches
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=rows, desc=f"predict {name}", unit="row", file=sys.stderr) as bar:
+        for indices in batches:
+            yield indices
+            bar.update(len(indices))
+
+
+def _written(
+    loaded,
+    name: str,
+    encoded: dict[str, list],
+    batches: list[list[int]],
+    device,
+    progress: bool,
+    max_new_tokens: int | None,
+) -> list[str]:
+    """The text the model writes after every model row's ids (a generation task's prompt),
+    greedily (`mtl.models.decoding`), at most `max_new_tokens` (None: the task's)."""
+    import torch
+
+    task_type, tokenizer = loaded.tasks[name].task_type, loaded.tokenizer
+    end = task_type.end_id(tokenizer, f"task {name!r}")
+    device = device or next(loaded.model.parameters()).device
+    outputs: list[str] = [""] * len(encoded["length"])
+    with torch.inference_mode():
+        for indices in _progress(batches, len(outputs), name, progress):
+            written = greedy(
+                loaded.model,
+                name,
+                [encoded["input_ids"][i] for i in indices],
+                max_new_tokens=max_new_tokens or task_type.config.max_new_tokens,
+                end_id=end,
+                pad_id=tokenizer.pad_token_id,
+                device=device,
+            )
+            texts = tokenizer.batch_decode(written, skip_special_tokens=True)
+            for index, text in zip(indices, texts, strict=True):
+                outputs[index] = text
     return outputs
 
 
@@ -188,6 +236,7 @@ def predict_file(
     batch_size: int = 32,
     overwrite: bool = False,
     trust_custom_code: bool = False,
+    max_new_tokens: int | None = None,
 ) -> None:
     """What `mtl-predict` does (`mtl.cli.predict`): the rows of `input_path` (`-`: stdin) with
     the predictions of `tasks` written to `output_path` (`-`: stdout), whole or not at all."""
@@ -231,5 +280,6 @@ def predict_file(
         device=device,
         from_csv=from_csv,
         progress=out_path != "-",
+        max_new_tokens=max_new_tokens,
     )
     write_output(out_path, render(out, out_kind), **check)

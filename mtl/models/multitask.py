@@ -9,12 +9,15 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from mtl.batching.collators import task_rows
 from mtl.models.families import EncoderAdapter, adapter_for
 from mtl.models.lora import adapter_tasks, add_adapter, is_adapted, merge_adapter, use_adapter
 from mtl.models.packing import PackedEncoder
 
+# transformers renamed the decoder's KV cache from `past_key_values` (in and out) to `cache`
+CACHE = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 HEADS = "heads"  # the ModuleDict of the task heads: their keys are `heads.<task>.<parameter>`
 
 
@@ -157,6 +160,21 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         if self.packed is not None:
             return self.packed(self.encoder, inputs, host)
         return self.encoder(**inputs).last_hidden_state
+
+    def next_token_logits(self, task: str, input_ids, attention_mask, position_ids, cache):
+        """(logits [B, V] of the token after each row's last, the decoder's KV cache) through
+        `task`'s LM head and adapter: one step of decoding (`mtl.models.decoding`)."""
+        if self.per_task_adapters:
+            use_adapter(self.encoder, task)
+        out = self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{CACHE: cache},
+        )
+        last = out.last_hidden_state[:, -1:]
+        return self.heads[task](last, attention_mask[:, -1:])[:, -1], getattr(out, CACHE)
 
     def logits(self, batch: Mapping) -> dict[str, torch.Tensor]:
         """{task: its head's outputs} for a single-task batch, without labels or loss."""

@@ -92,6 +92,8 @@ class TaskType:
     config gives none. Export: `export_kind(label_names)` names the transformers model class
     the type's own head maps onto (None: none does). `squared_error`: the loss is a squared
     error (regression: the uncertainty balancer weighs it as a Gaussian likelihood).
+    `writes_text`: prediction writes text with the decoder (`generation`: `mtl-predict` decodes
+    greedily after each row's `encode_inputs` ids, and `readable` gets the text).
     """
 
     type_name: ClassVar[str] = ""
@@ -101,6 +103,7 @@ class TaskType:
     label_dtype: ClassVar[type] = np.int64
     token_labels: ClassVar[bool] = False
     squared_error: ClassVar[bool] = False
+    writes_text: ClassVar[bool] = False
 
     def __init__(self, name: str, config: Any) -> None:
         self.name = name
@@ -210,6 +213,17 @@ class TaskType:
         probs = softmax(np.asarray(outputs[0], dtype=np.float64))
         k = int(probs.argmax())
         return {"prediction": label_names[k], "score": float(probs[k])}
+
+    def generates(self, evaluation: int | None) -> bool:
+        """Whether the `evaluation`-th evaluation (None: the last) writes text for some rows
+        with the decoder, scored by `score_generated(texts, completions)` (`generation` tasks
+        do, with `generation_rows(size)` and `end_id`); no other built-in type does."""
+        return False
+
+    def configure_export(self, model, tokenizer) -> None:
+        """Set what the standard transformers model of this task (`export_kind`) needs beyond
+        its weights before it is written (a causal LM's generation config); nothing by
+        default."""
 
     @property
     def main_metric(self) -> str:

@@ -14,9 +14,14 @@ embeddings where the decoder ties them, shared by every task; a head of its own 
 not). The loss is the mean over the batch's completion tokens (`loss_reduction: token`) or the
 mean of each row's mean (`sequence`).
 
-Dev metrics, teacher-forced (the model reads the reference completion): `token_accuracy` (the
-share of completion tokens whose next-token prediction is right), `loss` (mean cross-entropy
-per completion token) and `perplexity` (exp of it).
+Dev metrics, teacher-forced (the model reads the reference completion), each evaluation:
+`token_accuracy` (the share of completion tokens whose next-token prediction is right), `loss`
+(mean cross-entropy per completion token) and `perplexity` (exp of it). Generated
+(`mtl.models.decoding`: greedy, at most `max_new_tokens`, until the end token), every
+`generate_every` evaluations and at the last step's, on the same `generate_rows` dev rows each
+time (a seeded sample): `exact_match`, `rouge_l` and `chrf` of the written text against the
+completion (any other metric, `module.function`, reads the same texts). The main metric is the
+first of `metrics`; a generated one needs `generate_every: 1`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from mtl.task_types.base import TaskConfig, TaskType
 from mtl.task_types.metrics import Metric
 
 REDUCTIONS = ("token", "sequence")
+FORCED = ("token_accuracy", "loss", "perplexity")  # teacher-forced: every other one is generated
 
 
 @dataclass
@@ -47,9 +53,22 @@ class GenerationOptions(TaskConfig):
     completion_column: str = "completion"
     train_on_prompt: bool = False
     loss_reduction: str = "token"  # token: mean over completion tokens; sequence: of row means
+    generate_every: int = 1  # evaluations between generated ones (and the last step's)
+    generate_rows: int = 64  # dev rows generated for (a seeded sample, the same every time)
+    max_new_tokens: int = 64  # tokens written at most per row
 
     def check(self, name: str) -> None:
         super().check(name)
+        for key in ("generate_every", "generate_rows", "max_new_tokens"):
+            if getattr(self, key) < 1:
+                raise MtlError(f"task.{name}.{key}={getattr(self, key)} must be >= 1")
+        main = (self.metrics or ["token_accuracy"])[0]
+        if main not in FORCED and self.generate_every != 1:
+            raise MtlError(
+                f"task.{name}.metrics starts with {main!r}, scored on generated text, which "
+                f"generate_every={self.generate_every} leaves out of most evaluations; set "
+                "generate_every: 1 or put a teacher-forced metric first (token_accuracy, loss)"
+            )
         if self.loss_reduction not in REDUCTIONS:
             raise MtlError(
                 f"task.{name}.loss_reduction={self.loss_reduction!r}; use token (the mean over "
@@ -144,15 +163,20 @@ class Generation(TaskType):
         Metric(token_accuracy, "token_accuracy", True),
         Metric(token_loss, "loss", False),
         Metric(perplexity, "perplexity", False),
+        Metric(exact_match, "exact_match", True),
+        Metric(rouge_l, "rouge_l", True),
+        Metric(chrf, "chrf", True),
     )
-    default_metrics = ("token_accuracy", "loss", "perplexity")
+    default_metrics = ("token_accuracy", "loss", "perplexity", "exact_match", "rouge_l", "chrf")
     token_labels = True
+    writes_text = True
 
     def columns(self) -> list[str]:
         return [self.config.prompt_column, self.config.completion_column]
 
-    def encode(self, rows, tokenizer, label_names, where):
-        c = self.config
+    @staticmethod
+    def end_id(tokenizer, where: str) -> int:
+        """The token that ends a completion: the tokenizer's EOS, else its SEP."""
         end = tokenizer.eos_token_id
         end = tokenizer.sep_token_id if end is None else end
         if end is None:
@@ -160,6 +184,11 @@ class Generation(TaskType):
                 f"{where}: the tokenizer has no end-of-sequence token (eos_token, or sep_token) "
                 "to end a completion with; use a tokenizer that has one"
             )
+        return end
+
+    def encode(self, rows, tokenizer, label_names, where):
+        c = self.config
+        end = self.end_id(tokenizer, where)
         prompts, completions = rows[c.prompt_column], rows[c.completion_column]
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
             if not isinstance(prompt, str) or not isinstance(completion, str):
@@ -171,16 +200,18 @@ class Generation(TaskType):
                 )
         prompt_ids = tokenizer(list(prompts))["input_ids"]
         completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
-        out: dict[str, list] = {"input_ids": [], "labels": [], "length": []}
+        out: dict[str, list] = {"input_ids": [], "labels": [], "length": [], "prompt_length": []}
         for p, comp in zip(prompt_ids, completion_ids, strict=True):
-            ids, labels = self.row(list(p), [*comp, end])
+            ids, labels, prompt_length = self.row(list(p), [*comp, end])
             out["input_ids"].append(ids)
             out["labels"].append(labels)
             out["length"].append(len(ids))
+            out["prompt_length"].append(prompt_length)
+        out["completion"] = list(completions)  # what generated text is scored against
         return out
 
-    def row(self, prompt: list[int], completion: list[int]) -> tuple[list[int], list[int]]:
-        """One row's ids and labels, cut to `max_length` (module docstring)."""
+    def row(self, prompt: list[int], completion: list[int]) -> tuple[list[int], list[int], int]:
+        """One row's ids, labels and prompt length, cut to `max_length` (module docstring)."""
         limit = self.config.max_length
         completion = completion[: limit - 1]  # at least one prompt token reads before it
         room = limit - len(completion)
@@ -188,7 +219,7 @@ class Generation(TaskType):
             prompt = prompt[:1] + prompt[len(prompt) - room + 1 :] if room > 1 else prompt[:1]
         ids = prompt + completion
         kept = prompt if self.config.train_on_prompt else [IGNORE_INDEX] * len(prompt)
-        return ids, kept + completion
+        return ids, kept + completion, len(prompt)
 
     def num_labels(self, label_names) -> int:
         return 0
@@ -206,8 +237,36 @@ class Generation(TaskType):
         rows = torch.stack([loss.sum(1), kept.sum(1).float(), right.sum(1).float()], 1)
         return [(a, int(b), int(c)) for a, b, c in rows.cpu().tolist()]
 
-    def prepare(self, predictions, references, label_names):
-        return np.asarray(predictions, dtype=np.float64).reshape(-1, 3), references
+    def score(self, predictions, dev, label_names) -> dict:
+        """The teacher-forced metrics (`predictions`: `predict`'s rows); the generated ones are
+        `score_generated`'s."""
+        rows = np.asarray(predictions, dtype=np.float64).reshape(-1, 3)
+        return {n: float(m(rows, None)) for n, m in self.metrics.items() if n in FORCED}
+
+    # -- generation (evaluation: mtl.training.evaluate; mtl-predict) ------------------------------
+
+    def generates(self, evaluation: int | None) -> bool:
+        """Whether the `evaluation`-th evaluation (None: the last step's, or a test split's)
+        generates text: a metric reads it and `generate_every` says so."""
+        if all(name in FORCED for name in self.metrics):
+            return False
+        return evaluation is None or evaluation % self.config.generate_every == 0
+
+    def generation_rows(self, size: int) -> list[int]:
+        """The split's rows generated for at evaluation: `generate_rows` of them, a sample
+        seeded alike every time (in row order)."""
+        if size <= self.config.generate_rows:
+            return list(range(size))
+        rng = np.random.default_rng(0)
+        return sorted(rng.choice(size, self.config.generate_rows, replace=False).tolist())
+
+    def score_generated(self, texts: list[str], completions: list[str]) -> dict[str, float]:
+        """The generated metrics of `texts` against the rows' completions."""
+        return {
+            name: float(metric(texts, completions))
+            for name, metric in self.metrics.items()
+            if name not in FORCED
+        }
 
     def references(self, dev, label_names):
         return [None] * len(dev)
@@ -215,8 +274,28 @@ class Generation(TaskType):
     def input_columns(self) -> list[str]:
         return [self.config.prompt_column]
 
+    def encode_inputs(self, rows, tokenizer, label_names, where):
+        """The prompts alone (what the model writes after), cut from the left as in training
+        (their first token kept) to leave room for one written token."""
+        prompts = rows[self.config.prompt_column]
+        for i, prompt in enumerate(prompts):
+            if not isinstance(prompt, str):
+                raise MtlError(f"{where}, row {i}: the prompt must be a text")
+        out: dict[str, list] = {"input_ids": [], "length": []}
+        for ids in tokenizer(list(prompts))["input_ids"]:
+            ids = self.row(list(ids), [0])[0][:-1]
+            out["input_ids"].append(ids)
+            out["length"].append(len(ids))
+        return out
+
     def readable(self, outputs, label_names, row, encoded):
-        raise MtlError(
-            f"task {self.name!r} is a generation task: mtl-predict does not write its "
-            "completions yet; predict the other tasks (task=<name>)"
-        )
+        """{"prediction": the written text}."""
+        return {"prediction": outputs[0]}
+
+    def configure_export(self, model, tokenizer) -> None:
+        """Greedy decoding that ends where training's completions end (`generation_config`)."""
+        config = model.generation_config
+        config.eos_token_id = self.end_id(tokenizer, f"task {self.name!r}")
+        config.pad_token_id = tokenizer.pad_token_id
+        config.do_sample, config.max_new_tokens = False, self.config.max_new_tokens
+        config.bos_token_id = tokenizer.bos_token_id

@@ -12,6 +12,8 @@ import torch
 
 from mtl.batching import to_device
 from mtl.data import task_dataset
+from mtl.errors import MtlError
+from mtl.models.decoding import greedy
 
 
 def eval_batches(
@@ -50,21 +52,68 @@ def predict_split(model, task, accelerator, batch_size: int, split: str = "dev")
             logits = net.logits(batch)[task.name]
         if counted:
             rows.extend(zip(indices, task.task_type.predict(logits, batch), strict=True))
+    return gathered(rows, accelerator)
+
+
+def gathered(rows: list[tuple[int, object]], accelerator) -> list:
+    """Every process's (row, value) pairs, as the values in row order."""
     if accelerator.num_processes > 1:
         from accelerate.utils import gather_object
 
         rows = gather_object(rows)
     rows.sort(key=lambda row: row[0])
-    return [prediction for _, prediction in rows]
+    return [value for _, value in rows]
+
+
+@torch.no_grad()
+def generate_split(model, task, accelerator, batch_size: int, tokenizer, rows: list[int], split):
+    """The text the model writes (greedily) after the prompt of each of `rows` of `split` of a
+    generation task, in their order, on every process (each decodes its share)."""
+    net = accelerator.unwrap_model(model)
+    data, task_type = task.splits[split].select(rows), task.task_type
+    ids, prompt_lengths = data["input_ids"], data["prompt_length"]
+    prompts = [row[:n] for row, n in zip(ids, prompt_lengths, strict=True)]
+    end = task_type.end_id(tokenizer, f"task {task.name!r}")
+    world = accelerator.num_processes
+    texts = []
+    for indices, counted in eval_batches(
+        prompt_lengths, batch_size, accelerator.process_index, world
+    ):
+        with accelerator.autocast():
+            written = greedy(
+                net,
+                task.name,
+                [prompts[i] for i in indices],
+                max_new_tokens=task_type.config.max_new_tokens,
+                end_id=end,
+                pad_id=task.pad_token_id,
+                device=accelerator.device,
+                stop_early=world == 1,  # processes that shard the model call it alike
+            )
+        if counted:
+            decoded = tokenizer.batch_decode(written, skip_special_tokens=True)
+            texts.extend(zip(indices, decoded, strict=True))
+    return gathered(texts, accelerator)
 
 
 def evaluate(
-    model, tasks: dict, accelerator, batch_size: int, split: str = "dev", prefix: str = "eval"
+    model,
+    tasks: dict,
+    accelerator,
+    batch_size: int,
+    split: str = "dev",
+    prefix: str = "eval",
+    *,
+    tokenizer=None,
+    evaluation: int | None = None,
 ) -> dict[str, float]:
     """`{"<prefix>/<task>/<metric>": value}` over the whole `split` of every task.
 
     A task's extra splits named `<split>_<suffix>` (from its source, e.g. MNLI's
     `dev_mismatched` next to `dev`) are scored too, as `<prefix>/<task>_<suffix>/<metric>`.
+    A generation task's generated metrics are scored where its type says this evaluation
+    (`evaluation`: the run's count so far; None: the last) generates, on its sample of rows,
+    decoded with `tokenizer`.
     """
     net = accelerator.unwrap_model(model)
     was_training = net.training
@@ -75,8 +124,23 @@ def evaluate(
         for part in [split, *extra]:
             predictions = predict_split(model, task, accelerator, batch_size, part)
             scores = task.task_type.score(predictions, task.splits[part], task.label_names)
+            if task.task_type.generates(evaluation):
+                scores |= scored_text(model, task, accelerator, batch_size, tokenizer, part)
             key = name + part.removeprefix(split)  # "mnli" or "mnli_mismatched"
             for metric, value in scores.items():
                 results[f"{prefix}/{key}/{metric}"] = value
     net.train(was_training)
     return results
+
+
+def scored_text(model, task, accelerator, batch_size: int, tokenizer, split: str) -> dict:
+    """A generation task's generated metrics on its sample of `split`'s rows."""
+    if tokenizer is None:
+        raise MtlError(
+            f"task {task.name!r}: its generated metrics need the tokenizer to read the text; "
+            "pass evaluate(..., tokenizer=)"
+        )
+    rows = task.task_type.generation_rows(len(task.splits[split]))
+    texts = generate_split(model, task, accelerator, batch_size, tokenizer, rows, split)
+    completions = task.splits[split].select(rows)["completion"]
+    return task.task_type.score_generated(texts, completions)

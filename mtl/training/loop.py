@@ -202,8 +202,17 @@ class Training:
     def evaluate(self) -> None:
         """Dev figures of every task at the current step (and `eval/mean`, the mean of each
         task's main metric), logged; the best model so far is kept (`track_best`)."""
-        run, p, t = self.run, self.progress, self.run.settings.trainer
-        figures = evaluate(run.model, run.tasks, run.accelerator, t.eval_batch_size)
+        run, p, t, s = self.run, self.progress, self.run.settings.trainer, self.state
+        s.evaluations += 1
+        last = s.step >= run.total_steps  # generation tasks generate at the last step's
+        figures = evaluate(
+            run.model,
+            run.tasks,
+            run.accelerator,
+            t.eval_batch_size,
+            tokenizer=run.tokenizer,
+            evaluation=None if last else s.evaluations,
+        )
         mains = [figures[f"eval/{n}/{task.task_type.main_metric}"] for n, task in run.tasks.items()]
         figures["eval/mean"] = sum(mains) / len(mains)
         p.last_eval = figures
@@ -229,7 +238,15 @@ class Training:
         with_test = {name: task for name, task in run.tasks.items() if "test" in task.splits}
         if not with_test:
             return {}
-        figures = evaluate(run.model, with_test, run.accelerator, batch_size, "test", "test")
+        figures = evaluate(
+            run.model,
+            with_test,
+            run.accelerator,
+            batch_size,
+            "test",
+            "test",
+            tokenizer=run.tokenizer,
+        )
         run.logger.log(figures, step=self.state.step)
         return figures
 

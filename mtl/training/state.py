@@ -33,6 +33,7 @@ class TrainState:
         self.best_step: int | None = None
         self.best: dict[str, float] = {}
         self.evals_since_best = 0
+        self.evaluations = 0  # evaluations so far (a generation task generates every k-th)
         self.mixing: dict | None = None  # `loader.online`: the policy's window at the checkpoint
         self.window: dict | None = None  # the logged window at the checkpoint
 
@@ -46,6 +47,7 @@ class TrainState:
             "best_step": self.best_step,
             "best": dict(self.best),
             "evals_since_best": self.evals_since_best,
+            "evaluations": self.evaluations,
             "mixing": self.mixing,
             "window": self.window,
         }
@@ -73,6 +75,9 @@ class TrainState:
         if mixing is not None:
             check_window(mixing, n)
         window = state.get("window")  # absent in checkpoints of older runs
+        evaluations = state.get("evaluations", 0)  # absent in checkpoints of older runs
+        if not _count(evaluations):
+            raise BadState(f"the run's evaluations are {evaluations!r}, not an integer >= 0")
         if window is not None:
             check_window(window, n, "logged")
         self.step, self.epoch = state["step"], state["epoch"]
@@ -81,7 +86,7 @@ class TrainState:
         self.metrics_rows = state["metrics_rows"]
         self.best_step = state["best_step"]
         self.best = dict(best)
-        self.evals_since_best = state["evals_since_best"]
+        self.evals_since_best, self.evaluations = state["evals_since_best"], evaluations
         self.mixing, self.window = mixing, window
 
 

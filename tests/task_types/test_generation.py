@@ -177,6 +177,73 @@ def test_the_export_is_a_causal_lm_transformers_loads(train_here, decoder, tmp_p
         theirs = lm(**batch).logits
         ours = loaded.model.logits({**batch, "task": "synthetic_gen"})["synthetic_gen"]
     assert torch.allclose(ours, theirs, atol=1e-4)
+    assert lm.generation_config.eos_token_id == loaded.tokenizer.eos_token_id
+    assert lm.generation_config.do_sample is False
+
+
+def test_mtl_predict_writes_what_a_text_generation_pipeline_writes(train_here, decoder, tmp_path):
+    """A run's export, `standard=true`: `mtl-predict` (batched, left-padded, KV cache) writes,
+    for each prompt, what `pipeline("text-generation")` writes greedily on the task's folder."""
+    from transformers import pipeline
+
+    from mtl.cli.export import main as export_main
+    from mtl.cli.predict import main as predict_main
+
+    code, err = train_here(
+        "debug=fast", "task=[synthetic_gen]", f"model.name_or_path={decoder}",
+        "model.random_init=true", f"hydra.run.dir={tmp_path / 'run'}",
+        "task.synthetic_gen.max_new_tokens=6",
+    )  # fmt: skip
+    assert code == 0, err
+    export_main([str(tmp_path / "run"), str(tmp_path / "out"), "standard=true"])
+    prompts = ["cat dog . about :", "a", "bread and tea with soup . about :", "bus"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    predict_main([
+        f"model={tmp_path / 'out'}", "task=synthetic_gen", f"input={tmp_path / 'in.jsonl'}",
+        f"output={tmp_path / 'out.csv'}", "batch_size=3",
+    ])  # fmt: skip
+    import csv
+
+    ours = [row["prediction"] for row in csv.DictReader((tmp_path / "out.csv").open())]
+    pipe = pipeline("text-generation", model=str(tmp_path / "out" / "synthetic_gen"))
+    theirs = [out[0]["generated_text"] for out in pipe(prompts, return_full_text=False)]
+    assert ours == theirs
+    assert any(ours)  # the model wrote something (tokens of a random model, here)
+
+
+def test_generated_metrics_every_kth_evaluation_and_at_the_last(make_cfg, decoder, tmp_path):
+    """`generate_every: 3` with an evaluation each step: generated at the 3rd and the last (the
+    4th); the teacher-forced metrics at every one."""
+    cfg = make_cfg(
+        "task=[synthetic_gen]", f"model.name_or_path={decoder}", "model.random_init=true",
+        "trainer.eval_every=1", "task.synthetic_gen.generate_every=3",
+        "task.synthetic_gen.generate_rows=5", "task.synthetic_gen.max_new_tokens=3",
+    )  # fmt: skip
+    run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    evals = [r for r in rows if "eval/synthetic_gen/loss" in r]
+    assert [r["step"] for r in evals] == [1, 2, 3, 4]
+    generated = [r["step"] for r in evals if "eval/synthetic_gen/exact_match" in r]
+    assert generated == [3, 4]
+    assert all(0 <= r["eval/synthetic_gen/chrf"] <= 100 for r in evals if r["step"] in (3, 4))
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("generate_every=0", "task.synthetic_gen.generate_every=0 must be >= 1"),
+        ("generate_rows=0", "task.synthetic_gen.generate_rows=0 must be >= 1"),
+        ("max_new_tokens=-2", "task.synthetic_gen.max_new_tokens=-2 must be >= 1"),
+        ("metrics=[exact_match,loss]", "starts with 'exact_match', scored on generated text"),
+    ],
+)
+def test_generation_settings_out_of_range_are_one_line(train_here, decoder, override, says):
+    extra = ["task.synthetic_gen.generate_every=2"] if "metrics" in override else []
+    code, err = train_here(
+        "debug=fast", "task=[synthetic_gen]", f"model.name_or_path={decoder}",
+        "model.random_init=true", f"task.synthetic_gen.{override}", *extra,
+    )  # fmt: skip
+    assert code == 2 and says in err and "Traceback" not in err, err
 
 
 TEXTS = [
