@@ -199,6 +199,7 @@ def _encode(
     split: str,
 ) -> Dataset:
     encode = Encode(task_type, TokenizerRef(tokenizer), label_names, split)
+    task_type.check_rows(ds, tokenizer, encode.where)
     return ds.map(encode, batched=True, with_indices=True, remove_columns=ds.column_names)
 
 

@@ -222,10 +222,10 @@ def write_export(
             if hf is None:
                 print(f"mtl: export: task {name!r}: {reason}", file=sys.stderr)
                 continue
-            task.task_type.configure_export(hf, tokenizer)
-            hf.save_pretrained(tmp / name)
             task_tokenizer = copy.deepcopy(tokenizer)
             task_tokenizer.model_max_length = config.max_length  # pipelines truncate alike
+            task.task_type.configure_export(hf, task_tokenizer)
+            hf.save_pretrained(tmp / name)
             task_tokenizer.save_pretrained(tmp / name)
         meta["digests"] = digests_of(tmp)  # every file written above, checked when read
         (tmp / TASKS_FILE).write_text(json.dumps(meta, indent=1))

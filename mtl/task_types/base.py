@@ -120,6 +120,11 @@ class TaskType:
         """Label names from the train labels when the config gives none (None: no classes)."""
         return None
 
+    def check_rows(self, rows, tokenizer, where: str) -> None:
+        """Refuse a split's source rows (a `Dataset` of the type's `columns()`) that cannot be
+        encoded, before any is, in one line counting and naming them; none by default (`encode`
+        refuses what it cannot read)."""
+
     def check_train_labels(self, train, where: str) -> None:
         """Refuse a train split (a `Dataset` of source rows) whose labels cannot teach this type
         anything, in one line (`MtlError`), once its rows are encoded (their own errors come
@@ -221,9 +226,9 @@ class TaskType:
         return False
 
     def configure_export(self, model, tokenizer) -> None:
-        """Set what the standard transformers model of this task (`export_kind`) needs beyond
-        its weights before it is written (a causal LM's generation config); nothing by
-        default."""
+        """Set what the standard transformers model of this task (`export_kind`) and its own
+        copy of the tokenizer need beyond the weights before they are written (a causal LM's
+        generation config, a chat template); nothing by default."""
 
     @property
     def main_metric(self) -> str:

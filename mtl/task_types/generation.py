@@ -38,6 +38,13 @@ from mtl.batching import IGNORE_INDEX
 from mtl.errors import MtlError
 from mtl.models.heads import LanguageModelHead, TransformersModel, next_token_losses
 from mtl.task_types.base import TaskConfig, TaskType
+from mtl.task_types.chat import (
+    assistant_spans,
+    message_problem,
+    plain_template,
+    render,
+    trained_turns,
+)
 from mtl.task_types.metrics import Metric
 
 REDUCTIONS = ("token", "sequence")
@@ -56,6 +63,8 @@ class GenerationOptions(TaskConfig):
     generate_every: int = 1  # evaluations between generated ones (and the last step's)
     generate_rows: int = 64  # dev rows generated for (a seeded sample, the same every time)
     max_new_tokens: int = 64  # tokens written at most per row
+    messages_column: str | None = None  # conversations ({role, content} turns) instead
+    chat_template: str | None = None  # null: the tokenizer's (else plain); plain; a template
 
     def check(self, name: str) -> None:
         super().check(name)
@@ -74,6 +83,17 @@ class GenerationOptions(TaskConfig):
                 f"task.{name}.loss_reduction={self.loss_reduction!r}; use token (the mean over "
                 "the batch's completion tokens) or sequence (the mean of each row's mean)"
             )
+
+
+def unrendered(tokenizer, template: str, messages: list[dict]) -> str | None:
+    """Why the chat template cannot render a conversation to train on (None: it can)."""
+    try:
+        assistant_spans(tokenizer, template, trained_turns(messages))
+    except ValueError as err:
+        return str(err)
+    except Exception as err:  # the template's own refusal (jinja's raise_exception), any kind
+        return f"is refused by the chat template ({str(err).splitlines()[0][:120]})"
+    return None
 
 
 def _share(rows: np.ndarray, numerator: int) -> float:
@@ -172,7 +192,8 @@ class Generation(TaskType):
     writes_text = True
 
     def columns(self) -> list[str]:
-        return [self.config.prompt_column, self.config.completion_column]
+        c = self.config
+        return [c.messages_column] if c.messages_column else [c.prompt_column, c.completion_column]
 
     @staticmethod
     def end_id(tokenizer, where: str) -> int:
@@ -186,29 +207,104 @@ class Generation(TaskType):
             )
         return end
 
+    def template(self, tokenizer) -> str:
+        """The chat template conversations are rendered with: the task's `chat_template`, else
+        the tokenizer's, else the plain default (`mtl.task_types.chat.PLAIN`)."""
+        given = self.config.chat_template
+        if given and given != "plain":
+            return given
+        own = getattr(tokenizer, "chat_template", None)
+        if own and given != "plain":
+            return own
+        return plain_template(tokenizer, self.end_id(tokenizer, f"task {self.name!r}"))
+
+    def check_rows(self, rows, tokenizer, where: str) -> None:
+        """Every row has a text to write: a text prompt and a non-empty completion, or a
+        conversation with an assistant turn that the chat template renders; else one line
+        counting and naming the rows (1 is the split's first)."""
+        c = self.config
+        bad: dict[str, list[int]] = {}  # what is wrong -> the rows it is wrong with
+        if c.messages_column:
+            template = self.template(tokenizer)
+            for number, messages in enumerate(rows[c.messages_column], 1):
+                problem = message_problem(messages) or unrendered(tokenizer, template, messages)
+                if problem:
+                    bad.setdefault(f"{c.messages_column!r} {problem}", []).append(number)
+        else:
+            pairs = zip(rows[c.prompt_column], rows[c.completion_column], strict=True)
+            for number, (prompt, completion) in enumerate(pairs, 1):
+                if not isinstance(prompt, str) or not isinstance(completion, str):
+                    problem = "prompt or completion is not a text"
+                elif not completion.strip():
+                    problem = f"completion ({c.completion_column!r}) is empty"
+                else:
+                    continue
+                bad.setdefault(problem, []).append(number)
+        if not bad and not c.messages_column:
+            self.check_room(rows[c.prompt_column], tokenizer, where)
+        if bad:
+            problem, numbers = next(iter(bad.items()))
+            total = len(rows[self.columns()[0]])
+            listed = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+            raise MtlError(
+                f"{where}: {len(numbers)} of {total} rows whose {problem} (rows {listed}): a "
+                "row with nothing to write teaches nothing; drop them or fix them"
+            )
+
+    def check_room(self, prompts, tokenizer, where: str) -> None:
+        """Refuse a `max_length` that cuts every prompt (below the shortest prompt + 1 token:
+        a mistyped value, not long rows)."""
+        shortest = min(len(ids) for ids in tokenizer(list(prompts))["input_ids"])
+        if self.config.max_length < shortest + 1:
+            raise MtlError(
+                f"{where}: max_length={self.config.max_length} cuts every prompt (the shortest "
+                f"has {shortest} tokens, and a completion needs at least 1 more); set "
+                f"task.{self.name}.max_length to at least {shortest + 1}"
+            )
+
     def encode(self, rows, tokenizer, label_names, where):
         c = self.config
         end = self.end_id(tokenizer, where)
-        prompts, completions = rows[c.prompt_column], rows[c.completion_column]
-        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            if not isinstance(prompt, str) or not isinstance(completion, str):
-                raise MtlError(f"{where}, row {i}: the prompt and the completion must be texts")
-            if not completion.strip():
-                raise MtlError(
-                    f"{where}, row {i}: the completion ({c.completion_column!r}) is empty: a row "
-                    "with nothing to write teaches nothing; drop it or fill it in"
-                )
-        prompt_ids = tokenizer(list(prompts))["input_ids"]
-        completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
         out: dict[str, list] = {"input_ids": [], "labels": [], "length": [], "prompt_length": []}
-        for p, comp in zip(prompt_ids, completion_ids, strict=True):
-            ids, labels, prompt_length = self.row(list(p), [*comp, end])
-            out["input_ids"].append(ids)
-            out["labels"].append(labels)
-            out["length"].append(len(ids))
-            out["prompt_length"].append(prompt_length)
-        out["completion"] = list(completions)  # what generated text is scored against
+        if c.messages_column:
+            completions = []
+            template = self.template(tokenizer)
+            for messages in rows[c.messages_column]:
+                messages = trained_turns(messages)
+                self.add(out, *self.conversation(tokenizer, template, messages))
+                completions.append(messages[-1]["content"])
+        else:
+            completions = list(rows[c.completion_column])
+            prompt_ids = tokenizer(list(rows[c.prompt_column]))["input_ids"]
+            completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
+            for p, comp in zip(prompt_ids, completion_ids, strict=True):
+                self.add(out, *self.row(list(p), [*comp, end]))
+        out["completion"] = completions  # what generated text is scored against
         return out
+
+    @staticmethod
+    def add(out: dict[str, list], ids: list[int], labels: list[int], prompt_length: int) -> None:
+        out["input_ids"].append(ids)
+        out["labels"].append(labels)
+        out["length"].append(len(ids))
+        out["prompt_length"].append(prompt_length)
+
+    def conversation(self, tokenizer, template: str, messages: list[dict]):
+        """One conversation's ids, labels (its assistant turns') and prompt length (the tokens
+        before its last assistant turn), cut from the left to `max_length` (its first token
+        kept)."""
+        text, spans = assistant_spans(tokenizer, template, messages)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, starts = encoded["input_ids"], [start for start, _ in encoded["offset_mapping"]]
+        trained = [any(a <= start < b for a, b in spans) for start in starts]
+        on_prompt = self.config.train_on_prompt
+        labels = [t if on_prompt or k else IGNORE_INDEX for t, k in zip(ids, trained, strict=True)]
+        prompt_length = sum(start < spans[-1][0] for start in starts)
+        cut = len(ids) - self.config.max_length
+        if cut > 0:
+            ids, labels = ids[:1] + ids[cut + 1 :], labels[:1] + labels[cut + 1 :]
+            prompt_length = max(prompt_length - cut, 1)
+        return ids, labels, prompt_length
 
     def row(self, prompt: list[int], completion: list[int]) -> tuple[list[int], list[int], int]:
         """One row's ids, labels and prompt length, cut to `max_length` (module docstring)."""
@@ -272,17 +368,31 @@ class Generation(TaskType):
         return [None] * len(dev)
 
     def input_columns(self) -> list[str]:
-        return [self.config.prompt_column]
+        return [self.config.messages_column or self.config.prompt_column]
 
     def encode_inputs(self, rows, tokenizer, label_names, where):
-        """The prompts alone (what the model writes after), cut from the left as in training
-        (their first token kept) to leave room for one written token."""
-        prompts = rows[self.config.prompt_column]
-        for i, prompt in enumerate(prompts):
-            if not isinstance(prompt, str):
-                raise MtlError(f"{where}, row {i}: the prompt must be a text")
+        """The prompts alone (what the model writes after: a conversation rendered with the
+        generation prompt), cut from the left as in training (their first token kept) to
+        leave room for one written token."""
+        column = self.input_columns()[0]
+        for number, value in enumerate(rows[column], 1):
+            problem = (
+                message_problem(value, needs_assistant=False)
+                if self.config.messages_column
+                else None
+                if isinstance(value, str)
+                else "is not a text"
+            )
+            if problem:
+                raise MtlError(f"{where}, row {number}: {column!r} {problem}")
+        if self.config.messages_column:
+            template = self.template(tokenizer)
+            texts = [render(tokenizer, template, m, prompt=True) for m in rows[column]]
+            prompts = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        else:
+            prompts = tokenizer(list(rows[column]))["input_ids"]
         out: dict[str, list] = {"input_ids": [], "length": []}
-        for ids in tokenizer(list(prompts))["input_ids"]:
+        for ids in prompts:
             ids = self.row(list(ids), [0])[0][:-1]
             out["input_ids"].append(ids)
             out["length"].append(len(ids))
@@ -293,7 +403,10 @@ class Generation(TaskType):
         return {"prediction": outputs[0]}
 
     def configure_export(self, model, tokenizer) -> None:
-        """Greedy decoding that ends where training's completions end (`generation_config`)."""
+        """Greedy decoding that ends where training's completions end (`generation_config`);
+        a conversation task's tokenizer carries the chat template it was trained with."""
+        if self.config.messages_column:
+            tokenizer.chat_template = self.template(tokenizer)
         config = model.generation_config
         config.eos_token_id = self.end_id(tokenizer, f"task {self.name!r}")
         config.pad_token_id = tokenizer.pad_token_id

@@ -71,13 +71,20 @@ def test_a_long_row_keeps_its_completion_and_cuts_the_prompt_from_the_left(token
 @pytest.mark.parametrize(
     ("rows", "says"),
     [
-        ({"prompt": ["a"], "completion": ["  "]}, "row 0: the completion ('completion') is empty"),
-        ({"prompt": [None], "completion": ["b"]}, "row 0: the prompt and the completion must be"),
+        (
+            {"prompt": ["a", "b", "c"], "completion": ["x", "  ", ""]},
+            "2 of 3 rows whose completion ('completion') is empty (rows 2, 3)",
+        ),
+        (
+            {"prompt": [None, "b"], "completion": ["x", "y"]},
+            "1 of 2 rows whose prompt or completion is not a text (rows 1)",
+        ),
     ],
 )
-def test_a_bad_row_is_one_line_naming_it(tokenizer, rows, says):
-    with pytest.raises(MtlError, match=says.replace("(", r"\(").replace(")", r"\)")):
-        generation().encode(rows, tokenizer, None, "task 'gen', train split")
+def test_bad_rows_are_counted_and_named_in_one_line(tokenizer, rows, says):
+    with pytest.raises(MtlError) as caught:
+        generation().check_rows(rows, tokenizer, "task 'gen', train split")
+    assert str(caught.value).startswith(f"task 'gen', train split: {says}: ")
 
 
 def test_loss_reduction_is_checked():
@@ -270,3 +277,13 @@ def test_generated_text_scores_equal_rouge_score_and_sacrebleu():
         assert chrf(predictions[i : i + 1], references[i : i + 1]) == pytest.approx(one)
     assert exact_match(predictions, references) == pytest.approx(1 / 6)
     assert exact_match([" animals "], ["animals"]) == 1.0
+
+
+def test_a_max_length_that_cuts_every_prompt_is_one_line(train_here, decoder):
+    code, err = train_here(
+        "debug=fast", "task=[synthetic_gen]", f"model.name_or_path={decoder}",
+        "model.random_init=true", "task.synthetic_gen.max_length=5",
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err, err
+    assert "max_length=5 cuts every prompt (the shortest has" in err
+    assert "set task.synthetic_gen.max_length to at least" in err
