@@ -16,6 +16,20 @@ from mtl.models.families import adapter_for, family_note
 #: The names of the packaged all-MiniLM-L6-v2 (the default model and tokenizer).
 DEFAULT_NAMES = (None, "", "default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
+#: The packaged decoder: no pretrained decoder ships, so `model=decoder` is this small GPT-2
+#: (about 11M parameters, 4 layers of 256) trained from random weights, reading the packaged
+#: MiniLM tokenizer (its [SEP] ends a completion); `model.config` resizes it.
+DECODER_NAME = "mtl-decoder"
+DECODER_CONFIG = {
+    "n_embd": 256,
+    "n_layer": 4,
+    "n_head": 4,
+    "n_positions": 512,
+    "vocab_size": 30522,
+    "bos_token_id": 101,  # MiniLM's [CLS], [SEP], [PAD]
+    "eos_token_id": 102,
+    "pad_token_id": 0,
+}
 
 # The weights files of a model folder that transformers reads (one file, or the index of shards).
 WEIGHT_FILES = (
@@ -33,9 +47,9 @@ def default_model_path() -> str:
 
 def resolve_model_path(name_or_path: str | None) -> str:
     """The folder of the packaged MiniLM for a default name (`DEFAULT_NAMES`), which also turns
-    Hugging Face's hub off (`HF_HUB_OFFLINE=1`) unless the environment sets it; any other hub
-    name or local path unchanged."""
-    if name_or_path in DEFAULT_NAMES:
+    Hugging Face's hub off (`HF_HUB_OFFLINE=1`) unless the environment sets it (the packaged
+    decoder's too: its tokenizer files); any other hub name or local path unchanged."""
+    if name_or_path in DEFAULT_NAMES or name_or_path == DECODER_NAME:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return default_model_path()
     return name_or_path
@@ -51,6 +65,8 @@ def encoder_config(name_or_path: str | None = None, config: dict | None = None):
     overrides = dict(config or {})
     trust = trusts_remote_code(overrides)
     overrides.pop("trust_remote_code", None)
+    if name_or_path == DECODER_NAME:
+        return AutoConfig.for_model("gpt2", **{**DECODER_CONFIG, **overrides})
     try:
         found = AutoConfig.from_pretrained(path, trust_remote_code=trust, **overrides)
     except OSError as err:
@@ -114,6 +130,11 @@ def load_encoder_and_pooler(
     if family or note:
         model_config.mtl_family = adapter.family
     source = adapter.pretrained_dense
+    if name_or_path == DECODER_NAME and not random_init:
+        raise MtlError(
+            f"model.name_or_path={DECODER_NAME} has no trained weights (no pretrained decoder "
+            "ships); give model.random_init=true (model=decoder does), or a decoder's folder"
+        )
     if random_init:
         trust = trusts_remote_code(config)
         model, missing = AutoModel.from_config(model_config, trust_remote_code=trust), None

@@ -20,8 +20,11 @@ Dev metrics, teacher-forced (the model reads the reference completion), each eva
 (`mtl.models.decoding`: greedy, at most `max_new_tokens`, until the end token), every
 `generate_every` evaluations and at the last step's, on the same `generate_rows` dev rows each
 time (a seeded sample): `exact_match`, `rouge_l` and `chrf` of the written text against the
-completion (any other metric, `module.function`, reads the same texts). The main metric is the
-first of `metrics`; a generated one needs `generate_every: 1`.
+completion as the tokenizer writes it back (decoded from its tokens: an uncased tokenizer's
+lowercased, as anything the model writes is); any other metric (`module.function`) reads the
+same texts. The main metric is the first of `metrics`; a generated one needs `generate_every: 1`.
+Rows may also be conversations (`messages_column`: `mtl.task_types.chat`). docs/generation.md
+says it all for users.
 """
 
 from __future__ import annotations
@@ -267,19 +270,22 @@ class Generation(TaskType):
         end = self.end_id(tokenizer, where)
         out: dict[str, list] = {"input_ids": [], "labels": [], "length": [], "prompt_length": []}
         if c.messages_column:
-            completions = []
-            template = self.template(tokenizer)
-            for messages in rows[c.messages_column]:
-                messages = trained_turns(messages)
-                self.add(out, *self.conversation(tokenizer, template, messages))
-                completions.append(messages[-1]["content"])
+            conversations = [trained_turns(m) for m in rows[c.messages_column]]
+            completions = [messages[-1]["content"] for messages in conversations]
         else:
             completions = list(rows[c.completion_column])
+        completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
+        if c.messages_column:
+            template = self.template(tokenizer)
+            for messages in conversations:
+                self.add(out, *self.conversation(tokenizer, template, messages))
+        else:
             prompt_ids = tokenizer(list(rows[c.prompt_column]))["input_ids"]
-            completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
             for p, comp in zip(prompt_ids, completion_ids, strict=True):
                 self.add(out, *self.row(list(p), [*comp, end]))
-        out["completion"] = completions  # what generated text is scored against
+        # what generated text is scored against: the completion as the tokenizer writes it back
+        # (an uncased tokenizer's lowercased, as the model's text is)
+        out["completion"] = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         return out
 
     @staticmethod

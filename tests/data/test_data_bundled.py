@@ -16,6 +16,7 @@ from mtl.data import (
     pydoc_paragraphs,
 )
 from mtl.data.bundled import bundled_rows, code_words
+from mtl.data.bundled.pydoc_tasks import HEADING_CUE
 from mtl.errors import MtlError
 
 disable_progress_bars()
@@ -33,7 +34,7 @@ def build(name, seed=0, max_examples=None, **kwargs):
 PAIR_TASKS = ("pydoc_pair", "synthetic_pair")
 CHOICE_TASKS = ("pydoc_choice", "synthetic_choice")
 QA_TASKS = ("pydoc_qa", "pydoc_qa_v2", "synthetic_qa")
-GENERATION_TASKS = ["synthetic_gen"]  # tests/task_types/test_generation.py
+GENERATION_TASKS = ["pydoc_heading", "synthetic_gen"]  # tests/task_types/test_generation.py
 SINGLE_TEXT_TASKS = sorted(
     set(BUNDLED_TASKS) - {*PAIR_TASKS, *CHOICE_TASKS, *QA_TASKS, *GENERATION_TASKS}
 )
@@ -208,12 +209,16 @@ def paragraphs_of(name, rows):
     """The reference paragraphs a pydoc row is built from."""
     if name == "pydoc_pair":
         texts = [t for row in rows for t in (row["text"], row["text_pair"])]
+    elif name == "pydoc_heading":
+        texts = [row["prompt"].removesuffix(HEADING_CUE) for row in rows]
     else:
         texts = [row["context"] for row in rows]
     return {" ".join(p.split()) for text in texts for p in text.split("\n\n")}
 
 
-@pytest.mark.parametrize("name", ["pydoc_pair", "pydoc_choice", "pydoc_qa", "pydoc_qa_v2"])
+@pytest.mark.parametrize(
+    "name", ["pydoc_pair", "pydoc_choice", "pydoc_heading", "pydoc_qa", "pydoc_qa_v2"]
+)
 def test_new_pydoc_tasks_keep_the_paragraph_split(name):
     _, _, topic_train, topic_dev = bundled_rows("pydoc_topic", seed=2)
     _, _, train, dev = bundled_rows(name, seed=2)
@@ -239,6 +244,18 @@ def test_pydoc_choice_sizes_and_labels():
     labels = Counter(row["label"] for row in train)
     assert set(labels) == {0, 1, 2, 3} and max(labels.values()) < 0.3 * len(train)
     assert len({row["choices"][row["label"]] for row in train}) > 60  # most section headings
+
+
+def test_pydoc_heading_writes_each_paragraphs_section_heading():
+    _, _, train, dev = bundled_rows("pydoc_heading")
+    _, _, choice_train, choice_dev = bundled_rows("pydoc_choice")
+    for rows, choices in ((train, choice_train), (dev, choice_dev)):
+        assert len(rows) == len(choices)  # one row a paragraph, the same paragraphs in order
+        for row, choice in zip(rows, choices, strict=True):
+            assert row["prompt"] == choice["context"] + HEADING_CUE
+            assert row["completion"] == choice["choices"][choice["label"]]
+    headings = Counter(row["completion"] for row in dev)
+    assert len(headings) > 40 and max(headings.values()) < 0.15 * len(dev)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

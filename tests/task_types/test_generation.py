@@ -287,3 +287,23 @@ def test_a_max_length_that_cuts_every_prompt_is_one_line(train_here, decoder):
     assert code == 2 and "Traceback" not in err, err
     assert "max_length=5 cuts every prompt (the shortest has" in err
     assert "set task.synthetic_gen.max_length to at least" in err
+
+
+def test_the_packaged_decoder_trains_a_generation_task_offline(make_cfg, tmp_path):
+    """`model=decoder`: a GPT-2 from random weights over the packaged tokenizer (resized
+    smaller here), trained on the bundled synthetic_gen; without random_init, one line."""
+    cfg = make_cfg(
+        "model=decoder", "task=[synthetic_gen]", "+model.config.n_layer=1",
+        "+model.config.n_embd=32", "+model.config.n_head=2",
+    )  # fmt: skip
+    results = run(cfg)
+    assert "eval/synthetic_gen/exact_match" in results.dev
+    config = results.model.encoder.config
+    assert (config.model_type, config.n_layer, config.vocab_size) == ("gpt2", 1, 30522)
+    with pytest.raises(MtlError, match="mtl-decoder has no trained weights"):
+        other = tmp_path / "other"
+        run(
+            make_cfg(
+                "model=decoder", "task=[synthetic_gen]", "model.random_init=false", output_dir=other
+            )
+        )

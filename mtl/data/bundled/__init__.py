@@ -129,6 +129,7 @@ BUNDLED_TASKS: dict[str, tuple[str, list[str] | None]] = {
     "pydoc_choice": ("multiple_choice", None),
     "pydoc_qa": ("question_answering", None),
     "pydoc_qa_v2": ("question_answering", None),
+    "pydoc_heading": ("generation", None),
     "synthetic_cls": ("sequence_classification", sorted(THEME_NAMES.values())),
     "synthetic_tag": ("token_classification", [*sorted(THEMES), "O"]),
     "synthetic_reg": ("regression", None),
@@ -137,7 +138,7 @@ BUNDLED_TASKS: dict[str, tuple[str, list[str] | None]] = {
     "synthetic_qa": ("question_answering", None),
     "synthetic_gen": ("generation", None),
 }
-_SPLIT_WITHIN = {"pydoc_pair", "pydoc_choice", "pydoc_qa", "pydoc_qa_v2"}
+_SPLIT_WITHIN = {"pydoc_pair", "pydoc_choice", "pydoc_heading", "pydoc_qa", "pydoc_qa_v2"}
 
 
 def _split(n: int, seed: int, dev_fraction: float) -> tuple[list[int], list[int]]:

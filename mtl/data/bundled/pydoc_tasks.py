@@ -15,6 +15,7 @@ import numpy as np
 from mtl.data.bundled.pydoc_text import QUOTED, Row, pydoc_records
 
 CHOICE_QUESTION = "Which section of the Python reference is this paragraph from?"
+HEADING_CUE = "\nSection:"  # ends a pydoc_heading prompt: the heading is written after it
 QA_UNANSWERABLE = 0.125
 PAIR_MIN_WORDS = 40
 
@@ -173,7 +174,8 @@ def _move_questions(rows: list[Row], share: float, rng: np.random.Generator) -> 
 def pydoc_split_rows(
     name: str, train_index: list[int], dev_index: list[int], seed: int
 ) -> tuple[list[Row], list[Row]]:
-    """Rows of pydoc_pair, pydoc_choice and pydoc_qa(_v2), built within each side of the split."""
+    """Rows of pydoc_pair, pydoc_choice, pydoc_heading and pydoc_qa(_v2), built within each side
+    of the split."""
     records = pydoc_records()
     titles = sorted({_pydoc_title(topic) for topic, _, _ in records})
     splits = []
@@ -183,6 +185,13 @@ def pydoc_split_rows(
             splits.append(_pair_rows([records[i][:2] for i in index], rng))
         elif name == "pydoc_choice":
             splits.append(_choice_rows([records[i][:2] for i in index], titles, rng))
+        elif name == "pydoc_heading":
+            splits.append(
+                [
+                    {"prompt": text + HEADING_CUE, "completion": _pydoc_title(topic)}
+                    for topic, text, _ in (records[i] for i in index)
+                ]
+            )
         else:
             share = QA_UNANSWERABLE if name == "pydoc_qa_v2" else 0.0
             splits.append(_qa_rows([(i, *records[i]) for i in index], rng, share))
