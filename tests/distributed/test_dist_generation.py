@@ -1,0 +1,75 @@
+"""Two CPU processes (torchrun, gloo) training generation tasks: the update of one process with the
+same global batch, and the generated dev figures of one process (each process writes its share
+of the rows; they are gathered)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtl.builders.weights import trained_weights
+from mtl.models.tiny import save_tiny_model
+from mtl.training.loop import run
+from tests.conftest import compose_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ["synthetic_gen", "pydoc_heading"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def common(decoder: Path) -> list[str]:
+    """Two steps of mixup, no dropout (each rank draws its own); each row's loss the mean of its
+    tokens (`sequence`): the mean over a process's rows, averaged over the processes, is the
+    mean over all rows (`token`'s mean over each process's tokens is not the mean over all)."""
+    options = [
+        f"task.{t}.{k}={v}"
+        for t in TASKS
+        for k, v in (("loss_reduction", "sequence"), ("generate_rows", 6), ("max_new_tokens", 4))
+    ]
+    no_dropout = [f"+model.config.{k}=0" for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
+    return [
+        "debug=fast", f"task=[{','.join(TASKS)}]", f"model.name_or_path={decoder}",
+        "model.random_init=true", "loader=mixup", "sampler=random", "trainer.max_steps=2",
+        "trainer.export=false", "trainer.lr=1e-3", *options, *no_dropout,
+    ]  # fmt: skip
+
+
+def batch_size(n: int) -> list[str]:
+    return [f"task.{t}.batch_size={n}" for t in TASKS]
+
+
+def test_two_processes_train_and_generate_as_one(tmp_path):
+    decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
+    two = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [*TORCHRUN, str(ROOT / "train.py"), *common(decoder), *batch_size(8), "trainer.trace=true",
+         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # it ran as one run of 2 processes
+        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
+        assert header["world"] == 2 and header["rank"] == rank
+    one = tmp_path / "one"
+    run(compose_config(*common(decoder), *batch_size(16), f"output_dir={one}"))
+    step = "checkpoints/step_0000002"
+    want, _ = trained_weights(str(one / step))
+    got, _ = trained_weights(str(two / step))
+    assert want.keys() == got.keys()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=2e-5, msg=key)
+    results = [json.loads((d / "results.json").read_text()) for d in (one, two)]
+    for task in TASKS:  # chrF of random text is above 0: the same text, row for row
+        assert results[0][f"eval/{task}/chrf"] > 0
+        for metric in ("chrf", "exact_match", "rouge_l", "loss", "token_accuracy"):
+            key = f"eval/{task}/{metric}"
+            assert results[1][key] == pytest.approx(results[0][key], rel=1e-5), key
