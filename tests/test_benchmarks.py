@@ -46,6 +46,7 @@ BENCHMARKS = {
     "bench_online.py": "online",
     "bench_startup.py": "startup",
     "bench_peft.py": "peft",
+    "bench_vs_trl.py": "vs_trl",
 }
 
 
@@ -54,7 +55,7 @@ def run_quick(script: str, *args: str) -> dict:
 
 
 # Scripts whose --threads default is 2 (see the module's docstring).
-TWO_THREADS = {"bench_balancers.py", "bench_peft.py", "bench_train_speed.py"}
+TWO_THREADS = {"bench_balancers.py", "bench_peft.py", "bench_train_speed.py", "bench_vs_trl.py"}
 
 
 def quick_output(script: str, *args: str) -> list[str]:

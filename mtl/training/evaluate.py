@@ -126,6 +126,7 @@ def evaluate(
             scores = task.task_type.score(predictions, task.splits[part], task.label_names)
             if task.task_type.generates(evaluation):
                 scores |= scored_text(model, task, accelerator, batch_size, tokenizer, part)
+                scores = {m: scores[m] for m in task.task_type.metrics if m in scores}  # in order
             key = name + part.removeprefix(split)  # "mnli" or "mnli_mismatched"
             for metric, value in scores.items():
                 results[f"{prefix}/{key}/{metric}"] = value

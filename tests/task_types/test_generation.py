@@ -307,3 +307,19 @@ def test_the_packaged_decoder_trains_a_generation_task_offline(make_cfg, tmp_pat
                 "model=decoder", "task=[synthetic_gen]", "model.random_init=false", output_dir=other
             )
         )
+
+
+def test_a_generated_metric_is_the_main_one_and_what_the_run_monitors(make_cfg, decoder):
+    """`metrics: [exact_match, ...]` and `trainer.monitor` on it: the best model is chosen by
+    it, as by any other figure."""
+    cfg = make_cfg(
+        "task=[synthetic_gen]", f"model.name_or_path={decoder}", "model.random_init=true",
+        "task.synthetic_gen.metrics=[exact_match,loss]", "task.synthetic_gen.generate_rows=4",
+        "task.synthetic_gen.max_new_tokens=3", "trainer.eval_every=2",
+        "trainer.monitor=eval/synthetic_gen/exact_match",
+    )  # fmt: skip
+    results = run(cfg)
+    assert list(results.dev) == [
+        "eval/synthetic_gen/exact_match", "eval/synthetic_gen/loss", "eval/mean",
+    ]  # fmt: skip
+    assert results.dev["eval/mean"] == results.dev["eval/synthetic_gen/exact_match"]
