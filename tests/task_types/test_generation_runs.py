@@ -72,9 +72,12 @@ def test_generation_tasks_train_under_every_loader(make_cfg, decoder, tmp_path, 
     trained_every_task(tmp_path / "run")
 
 
-@pytest.mark.parametrize("sampler", ["block_shuffle", pytest.param("token_budget", marks=SLOW)])
+@pytest.mark.parametrize(
+    "sampler", [pytest.param("random", marks=SLOW), pytest.param("token_budget", marks=SLOW)]
+)
 def test_generation_tasks_train_under_every_sampler(make_cfg, decoder, tmp_path, sampler):
-    """block_shuffle sorts by `length`: the prompt's and the completion's tokens together."""
+    """(block_shuffle, the default, is the loaders' above: it sorts by `length`, the prompt's and
+    the completion's tokens together.)"""
     run(make_cfg(*generating(decoder), "loader=mixup", f"sampler={sampler}", "trainer.max_steps=6"))
     trained_every_task(tmp_path / "run")
 
