@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -90,6 +91,19 @@ def compose_config(*overrides: str, hydra_config: bool = False) -> DictConfig:
 
 
 _COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+
+
+@pytest.fixture(autouse=True)
+def no_handler_on_a_closed_stream() -> Iterator[None]:
+    """After each test, drop the log handlers that write to a stream closed since (pytest's
+    capture of a test that is over: a library or a Hydra run made them while it ran); the next
+    record through them would print a "Logging error" into another test's stderr."""
+    yield
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in list(getattr(logger, "handlers", [])):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")
