@@ -88,6 +88,12 @@ class GenerationOptions(TaskConfig):
             )
 
 
+def cut_prompt(prompt: list[int], room: int) -> list[int]:
+    """`prompt` in at most `room` (>= 1) tokens: cut from the left, its first token (a BOS)
+    kept."""
+    return prompt if len(prompt) <= room else prompt[:1] + prompt[len(prompt) - room + 1 :]
+
+
 def unrendered(tokenizer, template: str, messages: list[dict]) -> str | None:
     """Why the chat template cannot render a conversation to train on (None: it can)."""
     try:
@@ -243,8 +249,6 @@ class Generation(TaskType):
                 else:
                     continue
                 bad.setdefault(problem, []).append(number)
-        if not bad and not c.messages_column:
-            self.check_room(rows[c.prompt_column], tokenizer, where)
         if bad:
             problem, numbers = next(iter(bad.items()))
             total = len(rows[self.columns()[0]])
@@ -253,6 +257,8 @@ class Generation(TaskType):
                 f"{where}: {len(numbers)} of {total} rows whose {problem} (rows {listed}): a "
                 "row with nothing to write teaches nothing; drop them or fix them"
             )
+        if not c.messages_column:
+            self.check_room(rows[c.prompt_column], tokenizer, where)
 
     def check_room(self, prompts, tokenizer, where: str) -> None:
         """Refuse a `max_length` that cuts every prompt (below the shortest prompt + 1 token:
@@ -316,9 +322,7 @@ class Generation(TaskType):
         """One row's ids, labels and prompt length, cut to `max_length` (module docstring)."""
         limit = self.config.max_length
         completion = completion[: limit - 1]  # at least one prompt token reads before it
-        room = limit - len(completion)
-        if len(prompt) > room:  # the prompt cut from the left, its first token (BOS) kept
-            prompt = prompt[:1] + prompt[len(prompt) - room + 1 :] if room > 1 else prompt[:1]
+        prompt = cut_prompt(prompt, limit - len(completion))
         ids = prompt + completion
         kept = prompt if self.config.train_on_prompt else [IGNORE_INDEX] * len(prompt)
         return ids, kept + completion, len(prompt)
@@ -399,7 +403,7 @@ class Generation(TaskType):
             prompts = tokenizer(list(rows[column]))["input_ids"]
         out: dict[str, list] = {"input_ids": [], "length": []}
         for ids in prompts:
-            ids = self.row(list(ids), [0])[0][:-1]
+            ids = cut_prompt(list(ids), self.config.max_length - 1)
             out["input_ids"].append(ids)
             out["length"].append(len(ids))
         return out

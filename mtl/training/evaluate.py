@@ -66,11 +66,11 @@ def gathered(rows: list[tuple[int, object]], accelerator) -> list:
 
 
 @torch.no_grad()
-def generate_split(model, task, accelerator, batch_size: int, tokenizer, rows: list[int], split):
-    """The text the model writes (greedily) after the prompt of each of `rows` of `split` of a
-    generation task, in their order, on every process (each decodes its share)."""
+def generate_split(model, task, accelerator, batch_size: int, tokenizer, data):
+    """The text the model writes (greedily) after the prompt of each row of `data` (encoded rows
+    of a generation task), in their order, on every process (each decodes its share)."""
     net = accelerator.unwrap_model(model)
-    data, task_type = task.splits[split].select(rows), task.task_type
+    task_type = task.task_type
     ids, prompt_lengths = data["input_ids"], data["prompt_length"]
     prompts = [row[:n] for row, n in zip(ids, prompt_lengths, strict=True)]
     end = task_type.end_id(tokenizer, f"task {task.name!r}")
@@ -141,7 +141,7 @@ def scored_text(model, task, accelerator, batch_size: int, tokenizer, split: str
             f"task {task.name!r}: its generated metrics need the tokenizer to read the text; "
             "pass evaluate(..., tokenizer=)"
         )
-    rows = task.task_type.generation_rows(len(task.splits[split]))
-    texts = generate_split(model, task, accelerator, batch_size, tokenizer, rows, split)
-    completions = task.splits[split].select(rows)["completion"]
-    return task.task_type.score_generated(texts, completions)
+    data = task.splits[split]
+    data = data.select(task.task_type.generation_rows(len(data)))
+    texts = generate_split(model, task, accelerator, batch_size, tokenizer, data)
+    return task.task_type.score_generated(texts, data["completion"])
