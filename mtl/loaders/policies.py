@@ -16,7 +16,11 @@ built-in policy keeps it as its prior, so that equal figures give the configured
   none is given, the task's best dev figure so far; no weight moves before the first evaluation.
 
 Losses of different task types differ in scale (a regression's squared error against a
-cross-entropy): exp3 and loss_softmax reward the larger one; `dev_gap` compares dev figures.
+cross-entropy, a generation task's per-token cross-entropy over a vocabulary against a
+classification's over a few labels): as they are, exp3 and loss_softmax reward the larger one.
+`normalize="first"` (their option) gives each task's loss over its first window's (the loss of
+the first update at which the task had rows): every task starts at 1 and is rewarded by how
+little it has come down since, whatever its scale. `dev_gap` compares dev figures.
 """
 
 from __future__ import annotations
@@ -67,16 +71,48 @@ class Prior:
         return p / p.sum()
 
 
+NORMALIZE = ("none", "first")
+
+
+class LossScale:
+    """Each task's training loss as a policy reads it: as it is (`normalize="none"`), or over
+    the task's first window's loss (`"first"`; kept in the checkpoint)."""
+
+    def __init__(self, normalize: str):
+        if normalize not in NORMALIZE:
+            raise MtlError(
+                f"loader.online.normalize={normalize!r}; use one of {', '.join(NORMALIZE)}"
+            )
+        self.normalize = normalize
+        self.first: dict[str, float] = {}
+
+    def __call__(self, name: str, loss: float) -> float:
+        if self.normalize == "none":
+            return float(loss)
+        first = self.first.setdefault(name, float(loss))
+        return float(loss) / first if first > 0 else float(loss)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"first": dict(self.first)} if self.normalize != "none" else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.normalize != "none":
+            self.first = finite_figures(state, "first")
+
+
 class Exp3(Prior):
     """EXP3 over the tasks, rewarded by their training losses (see the module docstring)."""
 
-    def __init__(self, exploration: float | None = None, smoothing: float = 0.9):
+    def __init__(
+        self, exploration: float | None = None, smoothing: float = 0.9, normalize: str = "none"
+    ):
         if exploration is not None:
             exploration = _positive(exploration, "exploration", zero=True)
         smoothing = _positive(smoothing, "smoothing", zero=True)
         if smoothing >= 1:
             raise MtlError(f"loader.online.smoothing: got {smoothing}; give a number in [0, 1)")
         self.exploration, self.smoothing = exploration, smoothing
+        self.scale = LossScale(normalize)
         self.rewards: dict[str, float] = {}
         self.updates = 0
 
@@ -95,7 +131,7 @@ class Exp3(Prior):
             loss = figures.get(name, {}).get("loss")
             if loss is not None and weights[name] > 0:
                 old = self.rewards.get(name, 0.0)
-                new = loss / weights[name]
+                new = self.scale(name, loss) / weights[name]
                 self.rewards[name] = self.smoothing * old + (1 - self.smoothing) * new
         self.updates += 1
         eps = self.exploration
@@ -115,25 +151,27 @@ class Exp3(Prior):
         return dict(self.rewards)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rewards": dict(self.rewards), "updates": self.updates}
+        return {"rewards": dict(self.rewards), "updates": self.updates, **self.scale.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.rewards = finite_figures(state, "rewards")
         self.updates = state_count(state, "updates")
+        self.scale.load_state_dict(state)
 
 
 class LossSoftmax(Prior):
     """`w_i ~ p_i exp(loss_i / temperature)` over each task's latest training loss."""
 
-    def __init__(self, temperature: float = 1.0):
+    def __init__(self, temperature: float = 1.0, normalize: str = "none"):
         self.temperature = _positive(temperature, "temperature")
+        self.scale = LossScale(normalize)
         self.losses: dict[str, float] = {}
 
     def update(self, figures: Figures, weights: Mapping[str, float]) -> dict[str, float]:
         for name in weights:
             loss = figures.get(name, {}).get("loss")
             if loss is not None:
-                self.losses[name] = float(loss)
+                self.losses[name] = self.scale(name, loss)
         if not self.losses:
             return dict(weights)
         fill = float(np.mean(list(self.losses.values())))  # a task not seen yet: the mean
@@ -146,10 +184,11 @@ class LossSoftmax(Prior):
         return dict(self.losses)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"losses": dict(self.losses)}
+        return {"losses": dict(self.losses), **self.scale.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.losses = finite_figures(state, "losses")
+        self.scale.load_state_dict(state)
 
 
 class DevGap(Prior):

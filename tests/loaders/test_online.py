@@ -61,6 +61,32 @@ def test_loss_softmax_update_by_hand():
     assert [w["a"], w["b"]] == pytest.approx(softmax(6.0, 4.0))
 
 
+@pytest.mark.parametrize("policy", [Exp3, LossSoftmax])
+def test_normalize_first_reads_each_loss_over_its_first_window(policy):
+    # A generation task's loss (about 7) beside a classification's (about 1.4): as they are,
+    # the larger wins; over each task's first window's, the one that came down less does.
+    weights = {"gen": 0.5, "cls": 0.5}
+    plain, scaled = policy(), policy(normalize="first")
+    for p in (plain, scaled):
+        p.update({"gen": {"loss": 7.0}, "cls": {"loss": 1.4}}, weights)
+    later = {"gen": {"loss": 3.5}, "cls": {"loss": 1.26}}  # gen halved, cls down 10%
+    assert plain.update(later, weights)["gen"] > 0.5
+    w = scaled.update(later, weights)
+    assert w["cls"] > 0.5
+    assert scaled.state_dict()["first"] == {"gen": 7.0, "cls": 1.4}
+    if policy is LossSoftmax:  # ~ exp(0.5) vs exp(0.9): the scaled losses by hand
+        assert [w["gen"], w["cls"]] == pytest.approx(softmax(0.5, 0.9))
+    resumed = policy(normalize="first")  # the first windows come back from the checkpoint
+    resumed.load_state_dict(scaled.state_dict())
+    again = {"gen": {"loss": 3.0}, "cls": {"loss": 1.2}}
+    assert resumed.update(again, w) == scaled.update(again, w)
+
+
+def test_an_unknown_normalize_is_one_line():
+    with pytest.raises(MtlError, match=r"normalize='dev'; use one of none, first"):
+        Exp3(normalize="dev")
+
+
 def test_dev_gap_by_hand():
     policy = DevGap(target={"a": 0.9}, floor=0.1)
     same = {"a": 0.5, "b": 0.5}
