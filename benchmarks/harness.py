@@ -6,14 +6,16 @@ with `best_of` (rows interleaved, one warm-up round), `LoopClock` (the training 
 requests) or `run_child` (a fresh process, for memory), prints one `table` and ends with `emit`
 (one JSON line of figures, also written to `--json PATH`). What two benchmarks would otherwise
 each write lives here too (`compose`, `first_steps`, `checked_packer`, `pack_timed_step`,
-`passes`, `lognormal_lengths`, `hf_length_grouped`, `scratch`, `grouped`); benchmarks never
-import each other.
+`passes`, `lognormal_lengths`, `hf_length_grouped`, `scratch`, `grouped`, and the studies'
+CSV rows and paired statistics: `append_row`, `read_rows`, `mean_se`, `paired`, `verdict`);
+benchmarks never import each other.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import itertools
 import json
@@ -21,6 +23,7 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,6 +210,85 @@ def run_child(argv: list[str], env: dict[str, str] | None = None, echo: bool = F
     if echo:
         print("\n".join(lines))
     return json.loads(last)
+
+
+# -- studies (a job's row per line of a CSV, seeds paired) ---------------------------------------
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Add `row` to the CSV at `path` (its keys as the header first when new, else the file's
+    header), flushed to disk: a study stopped at any moment keeps every finished job."""
+    new = not path.is_file()
+    fields = list(row) if new else read_header(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a study's CSV ([] before it exists)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_header(path: Path) -> list[str]:
+    with open(path, newline="") as f:
+        return next(csv.reader(f))
+
+
+def number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def mean_se(values: list[float]) -> tuple[float, float, int]:
+    """Mean, standard error (nan with one value) and count of the finite values."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return math.nan, math.nan, 0
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return statistics.fmean(values), se, len(values)
+
+
+def mean_cell(mean: float, se: float, digits: int = 3) -> str:
+    """`mean ± se` (the mean alone with one value, - with none)."""
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f} ± {se:.{digits}f}" if not math.isnan(se) else f"{mean:.{digits}f}"
+
+
+def paired(rows: list[dict], option: str, base: str, column: str) -> tuple[float, float, int]:
+    """option - base on `column`, paired by seed: mean difference, its standard error, n."""
+    a = {r["seed"]: number(r[column]) for r in rows if r["option"] == option}
+    b = {r["seed"]: number(r[column]) for r in rows if r["option"] == base}
+    return mean_se([a[s] - b[s] for s in a if s in b])
+
+
+def judged(se: float, n: int) -> bool:
+    """Whether a paired difference over `n` seeds can be judged: 2 seeds give one degree of
+    freedom, and 2 standard errors say nothing there."""
+    return n >= 3 and not math.isnan(se)
+
+
+def beyond(diff: float, se: float, n: int) -> bool:
+    return judged(se, n) and abs(diff) > 2 * se
+
+
+def verdict(diff: float, se: float, n: int) -> str:
+    if not judged(se, n):
+        return "too few seeds to say"
+    if beyond(diff, se, n):
+        return "beyond 2 standard errors"
+    return "within 2 standard errors (no difference shown)"
 
 
 # -- shared fixtures -------------------------------------------------------------------------------

@@ -33,9 +33,7 @@ training rows, 1 epoch (tests).
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 import os
 import shutil
 import statistics
@@ -45,7 +43,20 @@ import time
 from pathlib import Path
 
 import yaml
-from harness import CONF, ROOT, emit, parser
+from harness import (
+    CONF,
+    ROOT,
+    append_row,
+    beyond,
+    emit,
+    mean_cell,
+    mean_se,
+    number,
+    paired,
+    parser,
+    read_rows,
+    verdict,
+)
 
 CAPS = {"pydoc_topic": 1500, "pydoc_code": 400, "pydoc_code_share": 100}
 QUICK_CAPS = {"pydoc_topic": 48, "pydoc_code": 24, "pydoc_code_share": 8}
@@ -153,26 +164,6 @@ def job_row(folder: Path, option: str, seed: int, overrides: list[str], wall: fl
     return row
 
 
-def append_row(path: Path, row: dict) -> None:
-    """Add `row` to the CSV at `path` (its header first when new), flushed to disk."""
-    new = not path.is_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def run_study(args) -> int:
     """Every job of the chosen groups not in the results yet (with --resume); the jobs run."""
     started, ran = time.perf_counter(), 0
@@ -211,53 +202,6 @@ def same_job(args, overrides: list[str]) -> dict | None:
 # -- the report ------------------------------------------------------------------------------------
 
 
-def number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def mean_se(values: list[float]) -> tuple[float, float, int]:
-    """Mean, standard error (nan with one value) and count of the finite values."""
-    values = [v for v in values if math.isfinite(v)]
-    if not values:
-        return math.nan, math.nan, 0
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return statistics.fmean(values), se, len(values)
-
-
-def cell(mean: float, se: float, digits: int = 3) -> str:
-    if math.isnan(mean):
-        return "-"
-    return f"{mean:.{digits}f} ± {se:.{digits}f}" if not math.isnan(se) else f"{mean:.{digits}f}"
-
-
-def paired(rows: list[dict], option: str, base: str, column: str) -> tuple[float, float, int]:
-    """option - base on `column`, paired by seed: mean difference, its standard error, n."""
-    a = {r["seed"]: number(r[column]) for r in rows if r["option"] == option}
-    b = {r["seed"]: number(r[column]) for r in rows if r["option"] == base}
-    return mean_se([a[s] - b[s] for s in a if s in b])
-
-
-def judged(se: float, n: int) -> bool:
-    """Whether a paired difference over `n` seeds can be judged: 2 seeds give one degree of
-    freedom, and 2 standard errors say nothing there."""
-    return n >= 3 and not math.isnan(se)
-
-
-def beyond(diff: float, se: float, n: int) -> bool:
-    return judged(se, n) and abs(diff) > 2 * se
-
-
-def verdict(diff: float, se: float, n: int) -> str:
-    if not judged(se, n):
-        return "too few seeds to say"
-    if beyond(diff, se, n):
-        return "beyond 2 standard errors"
-    return "within 2 standard errors (no difference shown)"
-
-
 def group_section(group: str, rows: list[dict]) -> list[str]:
     """A group's table (mean ± standard error over seeds), its paired differences against its
     baseline with the verdicts, and its step-time ratios."""
@@ -271,7 +215,7 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
     speed = {}
     for option in options:
         mine = [r for r in rows if r["option"] == option]
-        figures = [cell(*mean_se([number(r[t]) for r in mine])[:2]) for t in CAPS]
+        figures = [mean_cell(*mean_se([number(r[t]) for r in mine])[:2]) for t in CAPS]
         steps = statistics.fmean(number(r["steps"]) for r in mine)
         speed[option] = statistics.fmean(number(r["wall_s"]) / number(r["steps"]) for r in mine)
         lines.append(
@@ -289,7 +233,7 @@ def group_section(group: str, rows: list[dict]) -> list[str]:
             diff, se, n = paired(rows, option, base, task)
             small = " (the small task)" if task == SMALL else ""
             lines.append(
-                f"- {option}, {task}{small}: {cell(diff, se)} (n={n}): {verdict(diff, se, n)}"
+                f"- {option}, {task}{small}: {mean_cell(diff, se)} (n={n}): {verdict(diff, se, n)}"
             )
     ratios = ", ".join(f"{o} {speed[o] / speed[base]:.2f}x" for o in options if o != base)
     said = f"Wall time per optimizer step against {base} (the run's wall time over its steps, "
