@@ -153,12 +153,13 @@ def print_summary(last: dict[str, float], tasks: dict, best: dict, best_step, st
     export, results.json and the sweep summary hold) and at the last, one line per task."""
     width = max(len("task"), *(len(name) for name in tasks))
     kind = max(len("type"), *(len(task.type) for task in tasks.values()))
+    metric = max(len("metric"), *(len(task.task_type.main_metric) for task in tasks.values()))
     heads = f"best (step {best_step})", f"last (step {step})"
-    print(f"\n{'task':<{width}}  {'type':<{kind}}  {'metric':<11}  {heads[0]}  {heads[1]}")
+    print(f"\n{'task':<{width}}  {'type':<{kind}}  {'metric':<{metric}}  {heads[0]}  {heads[1]}")
     for name, task in tasks.items():
         key = f"eval/{name}/{task.task_type.main_metric}"
         values = [f"{figures.get(key, float('nan')):.4f}" for figures in (best, last)]
         print(
-            f"{name:<{width}}  {task.type:<{kind}}  {task.task_type.main_metric:<11}  "
+            f"{name:<{width}}  {task.type:<{kind}}  {task.task_type.main_metric:<{metric}}  "
             f"{values[0]:<{len(heads[0])}}  {values[1]}"
         )
