@@ -17,7 +17,7 @@ cosines between the tasks at the last evaluation) is appended to
 `docs/study_generative/runs.csv` as soon as it ends; `--resume` skips the jobs whose row is there.
 The report is made from that file alone (`--report-only`).
 
-    python benchmarks/study_generative.py [--seeds 3] [--epochs 3] [--head-rows 400] [--resume]
+    python benchmarks/study_generative.py [--seeds 3] [--epochs 2] [--head-rows 400] [--resume]
         [--options a,b] [--budget-min 110] [--report-only] [--results docs/study_generative]
         [--out docs/study_generative.md] [--work outputs/study_generative] [--quick]
 
@@ -204,7 +204,7 @@ def main() -> None:
     p = parser(__doc__, "32 / 16 / 16 training rows, 1 epoch, 8 generated rows")
     p.add_argument("--options", default="", help="comma-separated (default: every option)")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--head-rows", type=int, default=400)
     p.add_argument("--resume", action="store_true", help="skip the jobs already in the results")
     p.add_argument("--budget-min", type=float, default=110, help="start no job after this")
