@@ -73,3 +73,51 @@ def test_two_processes_train_and_generate_as_one(tmp_path):
         for metric in ("chrf", "exact_match", "rouge_l", "loss", "token_accuracy"):
             key = f"eval/{task}/{metric}"
             assert results[1][key] == pytest.approx(results[0][key], rel=1e-5), key
+
+
+MIXED = ["synthetic_gen", "synthetic_cls", "synthetic_reg"]
+
+
+def test_two_processes_train_a_mixed_run_mixing_online_as_one(tmp_path):
+    """A generation task beside a classification and a regression task under mixup, packed
+    (sampler=random: padded rows), weighted online by exp3 (each loss over its first window's),
+    the policy updating every step: 2 processes with half the batch end with the weights and the
+    mixture of one process (each row's loss a row mean: `sequence`, as above)."""
+    decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
+    options = [
+        f"task=[{','.join(MIXED)}]", "task.synthetic_gen.loss_reduction=sequence",
+        "task.synthetic_gen.generate_rows=4", "task.synthetic_gen.max_new_tokens=2",
+        "loader.weighting=proportional", "loader.batches_per_step=3",
+        "loader.online={policy: exp3, update_every: 1, options: {normalize: first, "
+        "exploration: 0.05, smoothing: 0}}",
+        "trainer.max_steps=3", "trainer.log_every=1", "model.head_dropout=0",
+    ]  # fmt: skip
+    base = [o for o in common(decoder) if not o.startswith(("task=", "task.", "trainer.max"))]
+    sizes = lambda n: [f"task.{t}.batch_size={n}" for t in MIXED]  # noqa: E731
+    two = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [*TORCHRUN, str(ROOT / "train.py"), *base, *options, *sizes(8), "trainer.trace=true",
+         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # it ran as one run of 2 processes
+        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
+        assert header["world"] == 2 and header["rank"] == rank
+    one = tmp_path / "one"
+    run(compose_config(*base, *options, *sizes(16), f"output_dir={one}"))
+    step = "checkpoints/step_0000003"
+    want, _ = trained_weights(str(one / step))
+    got, _ = trained_weights(str(two / step))
+    assert want.keys() == got.keys()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=2e-5, msg=key)
+    logged = []
+    for folder in (one, two):
+        rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+        logged.append([{k: v for k, v in r.items() if k.startswith("mix_")} for r in rows])
+    weights = [v for row in logged[0] for k, v in row.items() if k.startswith("mix_weight/")]
+    assert max(abs(w - 1 / 3) for w in weights) > 0.02  # the policy moved the weights
+    for a, b in zip(*logged, strict=True):
+        assert b == pytest.approx(a, rel=1e-5)
