@@ -89,8 +89,15 @@ def test_a_generation_task_and_every_head_type_train_under_every_loader(
         ("topics", "micro_f1"),
     ]:
         assert f"eval/{task}/{metric}" in last
-    # diagnostics across types: the cosine of the generation task's gradient and a head task's
+    # diagnostics across types: the cosine of the generation task's gradient and a head task's,
+    # drawn by mtl-report in the interaction figure with every other pair
     assert any(f"grad_cos/{GENERATIVE}/synthetic_cls" in r for r in rows)
+    if loader == "mixup":
+        from mtl.reporting.figures import report
+        from mtl.reporting.interaction import interaction_tasks
+
+        assert interaction_tasks(rows) == TASKS
+        assert tmp_path / "run" / "report_interaction.png" in report(tmp_path / "run")
 
 
 @pytest.mark.parametrize("model", ["decoder", "untied"])
