@@ -11,6 +11,7 @@ the loop has no branch of its own for online mixing.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from mtl.training.tracking.window import Window
@@ -47,6 +48,8 @@ class PolicyFeed(NoMixing):
         self.window = Window(list(tasks), accelerator.device, first_step, accelerator.num_processes)
         if saved is not None:  # resumed: the window the checkpoint held
             self.window.load(saved, accelerator.process_index)
+        if accelerator.is_main_process:
+            note_loss_scales(loader.online.policy, tasks)
 
     def add_batch(self, batch: dict) -> None:
         self.window.add_batch(batch)  # from the host tensors, as the logged window
@@ -75,6 +78,27 @@ class PolicyFeed(NoMixing):
     def figures(self) -> dict[str, float]:
         shown = getattr(self.loader.online.policy, "shown", None)
         return {f"mix_policy/{t}": float(v) for t, v in shown().items()} if callable(shown) else {}
+
+
+def note_loss_scales(policy, tasks: dict) -> None:
+    """A note at start when a built-in policy that reads raw training losses (exp3,
+    loss_softmax) mixes tasks whose losses differ in kind (a generation task's per-token
+    cross-entropy over the vocabulary, a regression's squared error, a head's cross-entropy)."""
+    scale = getattr(policy, "scale", None)
+    if getattr(scale, "normalize", None) != "none":
+        return
+    kinds = {
+        "generation" if t.task_type.writes_text else "regression" if t.task_type.squared_error
+        else "cross-entropy"
+        for t in tasks.values()
+    }  # fmt: skip
+    if len(kinds) > 1:
+        print(
+            f"mtl: note: loader.online rewards the tasks' training losses as they are, and these "
+            f"differ in scale ({', '.join(sorted(kinds))}): the largest takes the mixture; "
+            "options: {normalize: first} reads each over its first window's",
+            file=sys.stderr,
+        )
 
 
 def mixer_for(loader, tasks: dict, accelerator, first_step: int, saved: Any) -> NoMixing:

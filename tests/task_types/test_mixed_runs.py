@@ -274,3 +274,19 @@ def test_one_export_serves_both_kinds_of_task(train_here, decoder, files, tmp_pa
     labels = set(cls.config.id2label.values())  # the classification folder's labels
     assert {r["synthetic_cls.prediction"] for r in both} <= labels
     assert all(r["synthetic_cls.score"] for r in both)
+
+
+def test_exp3_over_losses_of_different_kinds_says_how_to_normalise(
+    train_here, decoder, files, tmp_path
+):
+    tasks = [GENERATIVE, "synthetic_cls"]
+    online = "loader.online={policy: exp3, update_every: 2%s}"
+    for options, noted in (("", True), (", options: {normalize: first}", False)):
+        code, err = train_here(
+            "debug=fast", *mixed(decoder, files, tasks), "loader=random", online % options,
+            "trainer.export=false", f"hydra.run.dir={tmp_path / str(noted)}",
+        )  # fmt: skip
+        assert code == 0, err
+        said = "differ in scale (cross-entropy, generation)" in err
+        assert said == noted, err
+        assert ("options: {normalize: first}" in err) == noted
