@@ -215,6 +215,21 @@ def run_child(argv: list[str], env: dict[str, str] | None = None, echo: bool = F
 # -- studies (a job's row per line of a CSV, seeds paired) ---------------------------------------
 
 
+def train_job(overrides: list[str], folder: Path, name: str) -> float:
+    """One study job: `python train.py *overrides` into `folder` (removed first: a job that did
+    not end runs again from the start), a process of its own as a user types it. Returns its
+    wall seconds; exits naming the job (`name`) with its stderr's end if it fails."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={folder}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"study: {name} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
 def append_row(path: Path, row: dict) -> None:
     """Add `row` to the CSV at `path` (its keys as the header first when new, else the file's
     header), flushed to disk: a study stopped at any moment keeps every finished job."""

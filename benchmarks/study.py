@@ -34,10 +34,8 @@ training rows, 1 epoch (tests).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,6 +53,7 @@ from harness import (
     paired,
     parser,
     read_rows,
+    train_job,
     verdict,
 )
 
@@ -129,15 +128,7 @@ def run_job(args, group: str, option: str, seed: int) -> dict:
     """One `train.py` run; its CSV row."""
     overrides = job_overrides(args, GROUPS[group][option], seed)
     folder = Path(args.work) / group / f"{option.replace(' ', '_')}-{seed}"
-    if folder.exists():
-        shutil.rmtree(folder)  # a job that did not end: run again from the start
-    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={folder}"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode:
-        sys.exit(f"study: {group} / {option} / seed {seed} failed:\n{done.stderr[-3000:]}")
+    wall = train_job(overrides, folder, f"{group} / {option} / seed {seed}")
     row = job_row(folder, option, seed, overrides, wall)
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # the figures are in the row
     return row

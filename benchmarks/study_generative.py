@@ -28,10 +28,8 @@ The report is made from that file alone (`--report-only`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +44,7 @@ from harness import (
     paired,
     parser,
     read_rows,
+    train_job,
     verdict,
 )
 
@@ -105,15 +104,7 @@ def run_job(args, option: str, seed: int) -> dict:
     """One `train.py` run; its CSV row."""
     overrides = job_overrides(args, option, seed)
     folder = Path(args.work) / f"{option.replace(' ', '_')}-{seed}"
-    if folder.exists():
-        shutil.rmtree(folder)  # a job that did not end: run again from the start
-    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={folder}"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode:
-        sys.exit(f"study: {option} / seed {seed} failed:\n{done.stderr[-3000:]}")
+    wall = train_job(overrides, folder, f"{option} / seed {seed}")
     results = json.loads((folder / "results.json").read_text())
     lines = (folder / "metrics.jsonl").read_text().splitlines()
     diagnosed = [r for r in map(json.loads, lines) if any(k.startswith("grad_cos/") for k in r)]

@@ -23,8 +23,9 @@ import yaml
 from accelerate.state import AcceleratorState
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.append(str(BENCH_DIR))  # study.py's functions, read by its report test (and `harness`)
+sys.path.append(str(BENCH_DIR))  # the studies' functions, read by their report tests
 import study  # noqa: E402
+import study_generative  # noqa: E402
 
 BENCHMARKS = {
     "bench_sampler_scale.py": "sampler_scale",
@@ -107,6 +108,31 @@ def test_script_runs_quick_and_prints_its_json_line(script, name):
 # Fewer memory child processes, each a start-up of its own: sum and one aggregating balancer are
 # the two paths of bench_balancers (a loss weighting steps as sum does).
 QUICK_ARGS = {"bench_balancers.py": ["--only", "upgrad"]}
+
+
+def test_generative_study_report_pairs_each_mixture_with_each_tasks_single_run(tmp_path):
+    """`study_generative.py --report-only`: a mixture's figure of a task minus that task's
+    single-task run, paired by seed, with its verdict; the cosines of the proportional runs."""
+    from harness import append_row
+
+    results = tmp_path / "runs"
+    figures = {"pydoc_heading alone": 0.30, "pydoc_topic alone": 0.20, "proportional": 0.25}
+    for seed in range(3):
+        for option, value in figures.items():
+            row = {"option": option, "seed": seed, "overrides": "", "steps": 100, "wall_s": 50}
+            row |= {c: value + 0.01 * seed for c in study_generative.COLUMNS}
+            row |= {f"last_cos/{a}/{b}": -0.2 for a, b in study_generative.PAIRS}
+            append_row(results / "runs.csv", row)
+    out = tmp_path / "study.md"
+    argv = [str(BENCH_DIR / "study_generative.py"), "--report-only", "--results", str(results)]
+    run_here([*argv, "--out", str(out)])
+    text = out.read_text()
+    assert "| proportional | 3 | 0.260 ± 0.006 |" in text
+    # heading figures against heading alone (-0.05), topic's against topic alone (+0.05)
+    assert "- proportional, pydoc_heading/exact_match (higher is better): -0.050 ± 0.000" in text
+    assert "- proportional, pydoc_topic/accuracy (higher is better): 0.050 ± 0.000" in text
+    assert "pydoc_code/f1" not in text.split("paired by seed")[1]  # no pydoc_code alone: no pair
+    assert "pydoc_heading / pydoc_topic -0.200" in text
 
 
 def assert_named(figures: dict, name: str) -> None:
