@@ -361,7 +361,7 @@ class LanguageModelHead(nn.Module):
     def attach(self, encoder: nn.Module, adapter) -> None:
         if not getattr(adapter, "causal", False):
             raise MtlError(
-                "a generation task needs a decoder (a causal LM: model=tiny_decoder, a Qwen2, "
+                "a generation task needs a decoder (a causal LM: model=decoder, a Qwen2, "
                 "Llama or GPT-2 checkpoint, or model.family=decoder); this model is an encoder"
             )
         config = encoder.config
@@ -378,6 +378,17 @@ class LanguageModelHead(nn.Module):
         if self.embeddings is None:
             raise MtlError("LanguageModelHead: attach(decoder, adapter) first")
         return F.linear(hidden, self.embeddings.weight)
+
+    @property
+    def token_mean(self) -> bool:
+        """Whether `loss` is a mean over tokens (`token`), whose count differs between the
+        processes of a run: the step then weighs each process's mean by its count
+        (`loss_items`) so that the update is the mean over every process's tokens."""
+        return self.reduction == "token"
+
+    def loss_items(self, labels: torch.Tensor) -> torch.Tensor:
+        """The number of tokens `loss` averages over (`token`)."""
+        return (labels[:, 1:] != IGNORE_INDEX).sum()
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         token, kept = next_token_losses(logits, labels)

@@ -181,9 +181,15 @@ class MultiTaskModel(ParameterGroups, nn.Module):
         hidden = self.encode(batch, batch["task"])
         return {batch["task"]: self.heads[batch["task"]](hidden, batch["attention_mask"])}
 
+    def token_mean_tasks(self) -> list[str]:
+        """The tasks whose loss is a mean over tokens (a head with `token_mean`), in the
+        model's order: `forward` gives their `loss_items`."""
+        return [name for name, head in self.heads.items() if getattr(head, "token_mean", False)]
+
     def forward(self, batch: Mapping) -> dict:
-        """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}}, tasks in the
-        batch's order."""
+        """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}, "loss_items":
+        {task: the tokens its loss averages over}} (the last for `token_mean_tasks` only), tasks
+        in the batch's order."""
         per_task = self.per_task_adapters
         hidden = None if per_task else self.encode(batch)
         mask = batch["attention_mask"]
@@ -195,9 +201,11 @@ class MultiTaskModel(ParameterGroups, nn.Module):
             else:
                 h = self.encode(batch, name, rows) if per_task else hidden[rows]  # type: ignore[index]
                 groups[name] = (h, mask[rows], batch["labels"][name])
-        task_losses, logits = {}, {}
+        task_losses, logits, items = {}, {}, {}
         for name, (h, m, labels) in groups.items():
             head = self.heads[name]
             logits[name] = head(h, m)
             task_losses[name] = head.loss(logits[name], labels)
-        return {"task_losses": task_losses, "logits": logits}
+            if getattr(head, "token_mean", False):
+                items[name] = head.loss_items(labels)
+        return {"task_losses": task_losses, "logits": logits, "loss_items": items}

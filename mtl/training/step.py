@@ -29,6 +29,10 @@ change), and needs the encoder's output, which the model does not return. What n
 kept per task over the micro-steps of a group, rows averaged over the processes that held each
 task, and a step with one task passing its row through without the aggregator.
 
+A generation task's `token` loss is each process's mean over its own tokens; on several
+processes `TokenMeans` weighs it by the process's share of the tokens before the backward, so the
+update is the mean over every process's tokens.
+
 Either way a balancer's own parameters (uncertainty's log-variances), which DDP does not see, are
 averaged over the processes before the optimizer step, and `balancer.after_step(sum)` gets a
 function that sums a tensor over the processes (DWA's windows of losses).
@@ -56,8 +60,11 @@ class Step:
         self.parameters = list(model.parameters())  # clipped each step: listed once
         self.optimizer_step = plain_step(optimizer, accelerator)
         world = accelerator.num_processes
+        net = accelerator.unwrap_model(model)
+        # tasks whose loss is each process's mean over its tokens: reweighed over the processes
+        token_mean = net.token_mean_tasks() if world > 1 else []
+        self.token_means = TokenMeans(token_mean, world) if token_mean else None
         if balancer.aggregates:
-            net = accelerator.unwrap_model(model)
             shared = [p for _, p in net.shared_parameters()]
             if not shared and accelerator.is_main_process:
                 print(
@@ -77,7 +84,9 @@ class Step:
 
     def micro_step(self, batch: Mapping, sync: bool, group: int) -> tuple[dict, torch.Tensor]:
         """Forward and backward of one batch (on the device) of an accumulation group of `group`
-        micro-steps, `sync` on its last. Returns the task losses and the loss backpropagated
+        micro-steps, `sync` on its last. Returns the task losses (a `token` mean weighed by this
+        process's share of the tokens: their mean over the processes is the mean over all
+        tokens) and the loss backpropagated
         (detached, before the division by `group`; under an aggregation, the sum of the
         weighted terms the per-task gradients were taken from)."""
         # Under no_sync, DDP (find_unused_parameters) still all-reduces a head used only in an
@@ -85,8 +94,11 @@ class Step:
         together = sync and self.gradients.ddp_syncs
         with contextlib.nullcontext() if together else self.accelerator.no_sync(self.model):
             out = self.model(batch)
-            loss = self.gradients.backward(out["task_losses"], group)
-        return out["task_losses"], loss
+            losses = out["task_losses"]
+            if self.token_means is not None:
+                losses = self.token_means(losses, out["loss_items"])
+            loss = self.gradients.backward(losses, group)
+        return losses, loss
 
     def update(self) -> None:
         """The optimizer step of the group: gradients synchronised (and aggregated), clipped to
@@ -122,6 +134,32 @@ def plain_backward(accelerator):
     if accelerator.gradient_accumulation_steps != 1:
         return accelerator.backward
     return torch.Tensor.backward
+
+
+class TokenMeans:
+    """On several processes, each of `tasks`' losses (a mean over this process's tokens, a
+    count that differs between processes) times `world * n / N` (n: its tokens here, N: over
+    every process), so that the update, averaged over the processes, is the mean over all their
+    tokens (what one process with the whole batch computes), as transformers and trl count
+    `num_items_in_batch` over devices. One all-reduce of the counts a micro-step, on every
+    process alike (a task absent here counts 0); an accumulation group's micro-steps still
+    weigh equally."""
+
+    def __init__(self, tasks: list[str], world: int):
+        self.tasks, self.world = tasks, world
+
+    def __call__(self, losses: Mapping[str, torch.Tensor], items: Mapping) -> dict:
+        device = next(iter(losses.values())).device
+        zero = torch.zeros((), device=device, dtype=torch.long)
+        local = torch.stack([items.get(t, zero) for t in self.tasks]).float()
+        total = local.clone()
+        dist.all_reduce(total)
+        scale = local * self.world / total.clamp(min=1)
+        out = dict(losses)
+        for i, name in enumerate(self.tasks):
+            if name in out:
+                out[name] = out[name] * scale[i]
+        return out
 
 
 def sum_over_processes(tensor: torch.Tensor) -> torch.Tensor:

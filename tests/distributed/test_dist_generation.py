@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 def common(decoder: Path) -> list[str]:
     """Two steps of mixup, no dropout (each rank draws its own); each row's loss the mean of its
-    tokens (`sequence`): the mean over a process's rows, averaged over the processes, is the
-    mean over all rows (`token`'s mean over each process's tokens is not the mean over all)."""
+    tokens (`sequence`: the mean over a process's rows, averaged over the processes, is the mean
+    over all rows; the mixed run below takes the default `token`, weighed over the processes)."""
     options = [
         f"task.{t}.{k}={v}"
         for t in TASKS
@@ -75,18 +75,19 @@ def test_two_processes_train_and_generate_as_one(tmp_path):
             assert results[1][key] == pytest.approx(results[0][key], rel=1e-5), key
 
 
-MIXED = ["synthetic_gen", "synthetic_cls", "synthetic_reg"]
+MIXED = ["pydoc_heading", "synthetic_cls", "synthetic_reg"]  # headings differ in length
 
 
 def test_two_processes_train_a_mixed_run_mixing_online_as_one(tmp_path):
     """A generation task beside a classification and a regression task under mixup, packed
     (sampler=random: padded rows), weighted online by exp3 (each loss over its first window's),
     the policy updating every step: 2 processes with half the batch end with the weights and the
-    mixture of one process (each row's loss a row mean: `sequence`, as above)."""
+    mixture of one process. The generation loss is the default `token` mean: each process's
+    mean is weighed by its share of the tokens (`mtl.training.step.TokenMeans`)."""
     decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
     options = [
-        f"task=[{','.join(MIXED)}]", "task.synthetic_gen.loss_reduction=sequence",
-        "task.synthetic_gen.generate_rows=4", "task.synthetic_gen.max_new_tokens=2",
+        f"task=[{','.join(MIXED)}]", "task.pydoc_heading.loss_reduction=token",
+        "task.pydoc_heading.generate_rows=4", "task.pydoc_heading.max_new_tokens=2",
         "loader.weighting=proportional", "loader.batches_per_step=3",
         "loader.online={policy: exp3, update_every: 1, options: {normalize: first, "
         "exploration: 0.05, smoothing: 0}}",
