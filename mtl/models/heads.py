@@ -224,10 +224,17 @@ class TokenHead(nn.Module):
 
 
 class TokenClassificationHead(TokenHead):
-    """Per-token logits over `num_labels`; cross-entropy over tokens whose label is not -100."""
+    """Per-token logits over `num_labels`; cross-entropy over tokens whose label is not -100
+    (their mean: `token_mean`, weighed over the processes by `loss_items`)."""
+
+    token_mean = True
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__(hidden_size, num_labels, dropout)
+
+    def loss_items(self, labels: torch.Tensor) -> torch.Tensor:
+        """The number of labelled tokens `loss` averages over."""
+        return (labels != IGNORE_INDEX).sum()
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = logits[:, : labels.shape[1]]

@@ -29,9 +29,10 @@ change), and needs the encoder's output, which the model does not return. What n
 kept per task over the micro-steps of a group, rows averaged over the processes that held each
 task, and a step with one task passing its row through without the aggregator.
 
-A generation task's `token` loss is each process's mean over its own tokens; on several
-processes `TokenMeans` weighs it by the process's share of the tokens before the backward, so the
-update is the mean over every process's tokens.
+A loss that is a mean over tokens (a generation task's `token` reduction, a tagging task's) is
+each process's mean over its own tokens; on several processes `TokenMeans` weighs it by the
+process's share of the tokens before the backward, so the update is the mean over every
+process's tokens.
 
 Either way a balancer's own parameters (uncertainty's log-variances), which DDP does not see, are
 averaged over the processes before the optimizer step, and `balancer.after_step(sum)` gets a

@@ -75,15 +75,16 @@ def test_two_processes_train_and_generate_as_one(tmp_path):
             assert results[1][key] == pytest.approx(results[0][key], rel=1e-5), key
 
 
-MIXED = ["pydoc_heading", "synthetic_cls", "synthetic_reg"]  # headings differ in length
+# headings and tagged words: each process holds its own count of tokens
+MIXED = ["pydoc_heading", "synthetic_cls", "synthetic_reg", "synthetic_tag"]
 
 
 def test_two_processes_train_a_mixed_run_mixing_online_as_one(tmp_path):
-    """A generation task beside a classification and a regression task under mixup, packed
-    (sampler=random: padded rows), weighted online by exp3 (each loss over its first window's),
-    the policy updating every step: 2 processes with half the batch end with the weights and the
-    mixture of one process. The generation loss is the default `token` mean: each process's
-    mean is weighed by its share of the tokens (`mtl.training.step.TokenMeans`)."""
+    """A generation task beside classification, regression and tagging tasks under mixup,
+    packed (sampler=random: padded rows), weighted online by exp3 (each loss over its first
+    window's), the policy updating every step: 2 processes with half the batch end with the
+    weights and the mixture of one process. The generation and tagging losses are token means:
+    each process's mean is weighed by its share of the tokens (`mtl.training.step.TokenMeans`)."""
     decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
     options = [
         f"task=[{','.join(MIXED)}]", "task.pydoc_heading.loss_reduction=token",
