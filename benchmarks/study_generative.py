@@ -8,9 +8,9 @@ training rows whole) and the bundled head tasks pydoc_topic (classification) and
 (token tagging) with their training rows capped at `--head-rows` (400) each; dev splits whole
 (275 rows each), max_length 128. Each task alone (the single-task baselines) and the three
 together under proportional, temperature 2 and exp3 (online, each loss over its first window's:
-`normalize: first`), `--seeds` seeds. Under `each_once` a mixed run's epoch is one pass of every
-task's batches, the shares split it: proportional sees each task's rows as often as its
-single-task run does.
+`normalize: first`; and with the raw losses, `normalize: none`), `--seeds` seeds. Under
+`each_once` a mixed run's epoch is one pass of every task's batches, the shares split it:
+proportional sees each task's rows as often as its single-task run does.
 
 A job's row (the options, the seed, the dev figures, optimizer steps, wall time, the gradient
 cosines between the tasks at the last evaluation) is appended to
@@ -67,8 +67,9 @@ OPTIONS: dict[str, list[str]] = {
         MIXED,
         "loader.online={policy: exp3, update_every: 10, options: {normalize: first}}",
     ],
+    "exp3 raw losses": [MIXED, "loader.online={policy: exp3, update_every: 10}"],
 }
-MIXTURES = ["proportional", "temperature 2", "exp3"]
+MIXTURES = ["proportional", "temperature 2", "exp3", "exp3 raw losses"]
 BASE = [
     "model=decoder",
     "trainer.lr=1e-3",
@@ -105,15 +106,26 @@ def run_job(args, option: str, seed: int) -> dict:
     overrides = job_overrides(args, option, seed)
     folder = Path(args.work) / f"{option.replace(' ', '_')}-{seed}"
     wall = train_job(overrides, folder, f"{option} / seed {seed}")
+    row = job_row(folder, option, seed, overrides, wall)
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # the figures are in the row
+    return row
+
+
+def job_row(folder: Path, option: str, seed: int, overrides: list[str], wall: float) -> dict:
+    """A finished run's CSV row, from its results.json and metrics.jsonl: the dev figures, each
+    task's share of the run's batches and its mixture weight at the end, the last cosines."""
     results = json.loads((folder / "results.json").read_text())
-    lines = (folder / "metrics.jsonl").read_text().splitlines()
-    diagnosed = [r for r in map(json.loads, lines) if any(k.startswith("grad_cos/") for k in r)]
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    logged = {key: value for r in rows for key, value in r.items()}  # the latest of each key
+    diagnosed = [r for r in rows if any(k.startswith("grad_cos/") for k in r)]
     row = {"option": option, "seed": seed, "overrides": " ".join(overrides)}
     row |= {"steps": results["step"], "wall_s": round(wall, 1)}
     row |= {column: results.get(f"eval/{column}", "") for column in COLUMNS}
+    for task in TASKS:
+        row[f"share/{task}"] = logged.get(f"share_total/{task}", "")
+        row[f"mix_weight/{task}"] = logged.get(f"mix_weight/{task}", "")
     last = diagnosed[-1] if diagnosed else {}
     row |= {f"last_cos/{a}/{b}": last.get(f"grad_cos/{a}/{b}", "") for a, b in PAIRS}
-    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # the figures are in the row
     return row
 
 
@@ -147,7 +159,9 @@ def report(results_dir: Path, args) -> str:
         f"{args.head_rows} each), max_length 128, {args.epochs} epoch(s); dev figures at the end "
         "of the run (275 rows each; exact match on 64 generated rows), mean ± standard error "
         "over seeds. exp3 is online (`update_every: 10`) with each task's loss over its first "
-        "window's (`normalize: first`).",
+        "window's (`normalize: first`), or as it is (raw losses). mix_weight is each task's "
+        "weight at the end of the run (the online policy's; the static ones: the planned "
+        "share of the batches).",
         "",
     ]
     options = [o for o in OPTIONS if any(r["option"] == o for r in rows)]
@@ -166,6 +180,22 @@ def report(results_dir: Path, args) -> str:
         lines.append(
             f"| {option} | {len(mine)} | {' | '.join(cells)} | {steps:.0f} | {speed:.2f} |"
         )
+    mixes = [o for o in MIXTURES if o in options]
+    if mixes:
+        lines += [
+            "",
+            "Each task's share of the run's batches, and its mixture weight at the end:",
+            "",
+        ]
+        lines += ["| option | " + " | ".join(TASKS) + " |", "|" + "---|" * (len(TASKS) + 1)]
+        for option in mixes:
+            mine = [r for r in rows if r["option"] == option]
+            cells = []
+            for task in TASKS:
+                share = mean_se([number(r.get(f"share/{task}")) for r in mine])[0]
+                weight = mean_se([number(r.get(f"mix_weight/{task}")) for r in mine])[0]
+                cells.append(f"{share:.2f} (weight {weight:.2f})")
+            lines.append(f"| {option} | {' | '.join(cells)} |")
     lines += ["", "Each mixture minus each task's single-task run, paired by seed:", ""]
     for option in [o for o in MIXTURES if o in options]:
         for column, better in COLUMNS.items():
