@@ -95,8 +95,9 @@ def note_loss_scales(policy, tasks: dict) -> None:
     if len(kinds) > 1:
         print(
             f"mtl: note: loader.online rewards the tasks' training losses as they are, and these "
-            f"differ in scale ({', '.join(sorted(kinds))}): the largest takes the mixture; "
-            "options: {normalize: first} reads each over its first window's",
+            f"differ in scale ({', '.join(sorted(kinds))}): a task is rewarded for the scale "
+            "of its loss, not for how little it has learnt; options: {normalize: first} reads "
+            "each over its first window's",
             file=sys.stderr,
         )
 
