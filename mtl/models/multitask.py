@@ -34,6 +34,12 @@ def _head_task(key: str) -> str | None:
     return parts[1] if len(parts) == 3 and parts[0] == HEADS else None
 
 
+def task_labels(batch: Mapping, name: str, rows) -> torch.Tensor:
+    """`name`'s labels in a batch whose rows of it are `rows` (`task_rows`; None: every row,
+    a batch of one task)."""
+    return batch["labels"] if rows is None else batch["labels"][name]
+
+
 def heads_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The heads' part of a model state, keyed `<task>.<parameter>` (an export's
     heads.safetensors)."""
@@ -183,29 +189,37 @@ class MultiTaskModel(ParameterGroups, nn.Module):
 
     def token_mean_tasks(self) -> list[str]:
         """The tasks whose loss is a mean over tokens (a head with `token_mean`), in the
-        model's order: `forward` gives their `loss_items`."""
+        model's order: `loss_items` counts their tokens."""
         return [name for name, head in self.heads.items() if getattr(head, "token_mean", False)]
 
+    def loss_items(self, batch: Mapping) -> dict[str, torch.Tensor]:
+        """{task: the tokens its loss averages over in `batch`} for the batch's tasks among
+        `token_mean_tasks` (read by the step on several processes only)."""
+        items = {}
+        for name, rows in task_rows(batch).items():
+            head = self.heads[name]
+            if getattr(head, "token_mean", False):
+                items[name] = head.loss_items(task_labels(batch, name, rows))
+        return items
+
     def forward(self, batch: Mapping) -> dict:
-        """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}, "loss_items":
-        {task: the tokens its loss averages over}} (the last for `token_mean_tasks` only), tasks
-        in the batch's order."""
+        """Returns {"task_losses": {task: scalar}, "logits": {task: tensor}}, tasks in the
+        batch's order."""
         per_task = self.per_task_adapters
         hidden = None if per_task else self.encode(batch)
         mask = batch["attention_mask"]
         groups = {}
         for name, rows in task_rows(batch).items():
+            labels = task_labels(batch, name, rows)
             if rows is None:
                 h = self.encode(batch, name) if per_task else hidden
-                groups[name] = (h, mask, batch["labels"])
+                groups[name] = (h, mask, labels)
             else:
                 h = self.encode(batch, name, rows) if per_task else hidden[rows]  # type: ignore[index]
-                groups[name] = (h, mask[rows], batch["labels"][name])
-        task_losses, logits, items = {}, {}, {}
+                groups[name] = (h, mask[rows], labels)
+        task_losses, logits = {}, {}
         for name, (h, m, labels) in groups.items():
             head = self.heads[name]
             logits[name] = head(h, m)
             task_losses[name] = head.loss(logits[name], labels)
-            if getattr(head, "token_mean", False):
-                items[name] = head.loss_items(labels)
-        return {"task_losses": task_losses, "logits": logits, "loss_items": items}
+        return {"task_losses": task_losses, "logits": logits}

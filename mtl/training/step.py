@@ -63,8 +63,8 @@ class Step:
         world = accelerator.num_processes
         net = accelerator.unwrap_model(model)
         # tasks whose loss is each process's mean over its tokens: reweighed over the processes
-        token_mean = net.token_mean_tasks() if world > 1 else []
-        self.token_means = TokenMeans(token_mean, world) if token_mean else None
+        token_mean = world > 1 and net.token_mean_tasks()
+        self.token_means = TokenMeans(net, world) if token_mean else None
         if balancer.aggregates:
             shared = [p for _, p in net.shared_parameters()]
             if not shared and accelerator.is_main_process:
@@ -97,7 +97,7 @@ class Step:
             out = self.model(batch)
             losses = out["task_losses"]
             if self.token_means is not None:
-                losses = self.token_means(losses, out["loss_items"])
+                losses = self.token_means(losses, batch)
             loss = self.gradients.backward(losses, group)
         return losses, loss
 
@@ -138,18 +138,19 @@ def plain_backward(accelerator):
 
 
 class TokenMeans:
-    """On several processes, each of `tasks`' losses (a mean over this process's tokens, a
-    count that differs between processes) times `world * n / N` (n: its tokens here, N: over
-    every process), so that the update, averaged over the processes, is the mean over all their
-    tokens (what one process with the whole batch computes), as transformers and trl count
-    `num_items_in_batch` over devices. One all-reduce of the counts a micro-step, on every
-    process alike (a task absent here counts 0); an accumulation group's micro-steps still
-    weigh equally."""
+    """On several processes, the loss of each of `net`'s token-mean tasks (`token_mean_tasks`:
+    a mean over this process's tokens, a count that differs between processes) times
+    `world * n / N` (n: its tokens here, N: over every process; `net.loss_items`), so that the
+    update, averaged over the processes, is the mean over all their tokens (what one process
+    with the whole batch computes), as transformers and trl count `num_items_in_batch` over
+    devices. One all-reduce of the counts a micro-step, on every process alike (a task absent
+    here counts 0); an accumulation group's micro-steps still weigh equally."""
 
-    def __init__(self, tasks: list[str], world: int):
-        self.tasks, self.world = tasks, world
+    def __init__(self, net, world: int):
+        self.net, self.tasks, self.world = net, net.token_mean_tasks(), world
 
-    def __call__(self, losses: Mapping[str, torch.Tensor], items: Mapping) -> dict:
+    def __call__(self, losses: Mapping[str, torch.Tensor], batch: Mapping) -> dict:
+        items = self.net.loss_items(batch)
         device = next(iter(losses.values())).device
         zero = torch.zeros((), device=device, dtype=torch.long)
         local = torch.stack([items.get(t, zero) for t in self.tasks]).float()

@@ -24,8 +24,7 @@ def test_the_model_returns_task_losses_and_knows_no_loss_weights():
         "labels": {"a": torch.tensor([0, 2]), "b": torch.tensor([1, 1])},
     }  # fmt: skip
     out = model(batch)
-    assert set(out) == {"task_losses", "logits", "loss_items"}
-    assert out["loss_items"] == {}  # no head here takes a mean over tokens
+    assert set(out) == {"task_losses", "logits"}
     assert list(out["task_losses"]) == ["a", "b"] and not hasattr(model, "loss_weights")
     alone = model.heads["b"].loss(out["logits"]["b"], batch["labels"]["b"])
     assert torch.equal(out["task_losses"]["b"], alone)  # the mean over the task's rows, unweighted
