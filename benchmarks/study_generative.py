@@ -91,8 +91,10 @@ def job_overrides(args, option: str, seed: int) -> list[str]:
     if args.quick:  # a few steps: the policy updates every step
         out = [o.replace("update_every: 10", "update_every: 1") for o in out]
     for task in tasks_of(option):
-        rows = (32 if task == GENERATIVE else 16) if args.quick else None
-        rows = rows or (None if task == GENERATIVE else args.head_rows)
+        if args.quick:
+            rows = 32 if task == GENERATIVE else 16
+        else:  # the generation task whole, the head tasks capped
+            rows = None if task == GENERATIVE else args.head_rows
         if rows:
             out.append(f"task.{task}.max_train_examples={rows}")
         out.append(f"task.{task}.max_length=128")
@@ -210,9 +212,8 @@ def report(results_dir: Path, args) -> str:
     cos = [
         f"{a} / {b} {mean_se([number(r[f'last_cos/{a}/{b}']) for r in base])[0]:+.3f}"
         for a, b in PAIRS
-        if base
     ]
-    if cos:
+    if base:
         lines += [
             "",
             "Gradient cosines on the shared decoder at the last evaluation (proportional, mean "

@@ -42,31 +42,40 @@ def common(decoder: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def batch_size(n: int) -> list[str]:
-    return [f"task.{t}.batch_size={n}" for t in TASKS]
+def batch_size(n: int, tasks: list[str] = TASKS) -> list[str]:
+    return [f"task.{t}.batch_size={n}" for t in tasks]
 
 
-def test_two_processes_train_and_generate_as_one(tmp_path):
-    decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
-    two = tmp_path / "two"
+def train_on_two_processes(overrides: list[str], folder: Path) -> None:
+    """`train.py *overrides` under torchrun into `folder`, checked to have run as one run of 2
+    processes (each rank's trace header)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [*TORCHRUN, str(ROOT / "train.py"), *common(decoder), *batch_size(8), "trainer.trace=true",
-         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [*TORCHRUN, str(ROOT / "train.py"), *overrides, "trainer.trace=true",
+         "trainer.dist_timeout_s=30", f"hydra.run.dir={folder}"],
+        cwd=folder.parent, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for rank in (0, 1):  # it ran as one run of 2 processes
-        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
+    for rank in (0, 1):
+        header = json.loads((folder / f"trace_rank{rank}.jsonl").open().readline())
         assert header["world"] == 2 and header["rank"] == rank
-    one = tmp_path / "one"
-    run(compose_config(*common(decoder), *batch_size(16), f"output_dir={one}"))
-    step = "checkpoints/step_0000002"
+
+
+def assert_same_weights(one: Path, two: Path, step: str) -> None:
     want, _ = trained_weights(str(one / step))
     got, _ = trained_weights(str(two / step))
     assert want.keys() == got.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=0, atol=2e-5, msg=key)
+
+
+def test_two_processes_train_and_generate_as_one(tmp_path):
+    decoder = save_tiny_model("gpt2", tmp_path / "gpt2")
+    two = tmp_path / "two"
+    train_on_two_processes([*common(decoder), *batch_size(8)], two)
+    one = tmp_path / "one"
+    run(compose_config(*common(decoder), *batch_size(16), f"output_dir={one}"))
+    assert_same_weights(one, two, "checkpoints/step_0000002")
     results = [json.loads((d / "results.json").read_text()) for d in (one, two)]
     for task in TASKS:  # chrF of random text is above 0: the same text, row for row
         assert results[0][f"eval/{task}/chrf"] > 0
@@ -95,26 +104,11 @@ def test_two_processes_train_a_mixed_run_mixing_online_as_one(tmp_path):
         "trainer.max_steps=3", "trainer.log_every=1", "model.head_dropout=0",
     ]  # fmt: skip
     base = [o for o in common(decoder) if not o.startswith(("task=", "task.", "trainer.max"))]
-    sizes = lambda n: [f"task.{t}.batch_size={n}" for t in MIXED]  # noqa: E731
     two = tmp_path / "two"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [*TORCHRUN, str(ROOT / "train.py"), *base, *options, *sizes(8), "trainer.trace=true",
-         "trainer.dist_timeout_s=30", f"hydra.run.dir={two}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    for rank in (0, 1):  # it ran as one run of 2 processes
-        header = json.loads((two / f"trace_rank{rank}.jsonl").open().readline())
-        assert header["world"] == 2 and header["rank"] == rank
+    train_on_two_processes([*base, *options, *batch_size(8, MIXED)], two)
     one = tmp_path / "one"
-    run(compose_config(*base, *options, *sizes(16), f"output_dir={one}"))
-    step = "checkpoints/step_0000003"
-    want, _ = trained_weights(str(one / step))
-    got, _ = trained_weights(str(two / step))
-    assert want.keys() == got.keys()
-    for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=0, atol=2e-5, msg=key)
+    run(compose_config(*base, *options, *batch_size(16, MIXED), f"output_dir={one}"))
+    assert_same_weights(one, two, "checkpoints/step_0000003")
     logged = []
     for folder in (one, two):
         rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
